@@ -1,0 +1,211 @@
+//! The CPU reference backend: the oracle every other backend is tested against. Grayscale
+//! frames of up to 16 stored bits are rendered through a table compiled from the chain (cached
+//! while consecutive frames share a plan); deeper frames evaluate the chain per pixel.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::backend::{Backend, BackendInfo, RenderOutcome, RenderTimings, RenderWorker};
+use crate::pipeline::slot::{HeapAllocator, HostAllocator, Slot};
+use crate::render::chain::{self, FrameStats, Resolved, ResolvedVoi};
+use crate::render::color;
+use crate::render::plan::{Chain, FramePlan, GrayPlan};
+use crate::render::table::{self, IndexMap};
+
+/// The CPU backend.
+pub struct CpuBackend {
+    allocator: Arc<HeapAllocator>,
+    reason: String,
+}
+
+impl CpuBackend {
+    /// A CPU backend; `reason` says why it was chosen.
+    pub fn new(reason: impl Into<String>) -> Self {
+        CpuBackend {
+            allocator: Arc::new(HeapAllocator::default()),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Backend for CpuBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: "cpu".into(),
+            devices: vec![format!("{} CPU threads", crate::available_cores())],
+            transfer: "none".into(),
+            reason: self.reason.clone(),
+        }
+    }
+
+    fn allocator(&self) -> Arc<dyn HostAllocator> {
+        self.allocator.clone()
+    }
+
+    fn worker(&self, _index: usize) -> Result<Box<dyn RenderWorker>, String> {
+        Ok(Box::new(CpuRenderer::default()))
+    }
+
+    fn default_workers(&self) -> usize {
+        1
+    }
+}
+
+/// Per-thread state: the last compiled table and scratch for histograms.
+#[derive(Default)]
+pub struct CpuRenderer {
+    cached: Option<(GrayPlan, Resolved)>,
+    table: Vec<u8>,
+    counts: Vec<u32>,
+}
+
+impl RenderWorker for CpuRenderer {
+    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, String> {
+        let start = Instant::now();
+        let input = slot.input.bytes(plan.input_bytes());
+        let out = slot.output.bytes_mut(plan.output_bytes());
+        let window = self.render_bytes(plan, input, out)?;
+        Ok(RenderOutcome {
+            window,
+            timings: RenderTimings {
+                compute: start.elapsed(),
+                ..Default::default()
+            },
+            device: None,
+        })
+    }
+}
+
+impl CpuRenderer {
+    /// Renders `input` (stored values) into `out` (8-bit), returning the window applied.
+    pub fn render_bytes(
+        &mut self,
+        plan: &FramePlan,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> Result<Option<crate::render::plan::Window>, String> {
+        if input.len() < plan.input_bytes() || out.len() < plan.output_bytes() {
+            return Err("internal: slot smaller than the frame".into());
+        }
+        match &plan.chain {
+            Chain::Gray(g) => self.render_gray(g, plan.pixels(), input, out),
+            Chain::Color(c) => color::render_color(c, plan.pixels(), input, out).map(|_| None),
+        }
+    }
+
+    fn render_gray(
+        &mut self,
+        g: &GrayPlan,
+        pixels: usize,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> Result<Option<crate::render::plan::Window>, String> {
+        let bytes = g.stored.bytes();
+        let Some(map) = IndexMap::of(&g.stored) else {
+            return render_gray_direct(g, pixels, input, out);
+        };
+        let stats = if chain::needs_statistics(g) {
+            self.counts.clear();
+            self.counts.resize(map.len(), 0);
+            for_each_raw(input, bytes, pixels, |raw| self.counts[map.index(raw)] += 1);
+            Some(table::frame_stats(g, &self.counts))
+        } else {
+            None
+        };
+        let resolved = chain::resolve(g, stats.as_ref())?;
+        let fresh = match &self.cached {
+            Some((p, r)) => p != g || *r != resolved,
+            None => true,
+        };
+        if fresh {
+            table::build_gray_table(g, &resolved, map, &mut self.table);
+            self.cached = Some((g.clone(), resolved.clone()));
+        }
+        apply_table(&self.table, map, input, bytes, pixels, out);
+        Ok(applied_window(&resolved))
+    }
+}
+
+/// The window actually applied, for the report.
+fn applied_window(r: &Resolved) -> Option<crate::render::plan::Window> {
+    match r.voi {
+        ResolvedVoi::Window(w) => Some(w),
+        _ => None,
+    }
+}
+
+/// Calls `f` with every raw container value of the frame.
+#[inline]
+fn for_each_raw(input: &[u8], bytes: usize, pixels: usize, mut f: impl FnMut(u32)) {
+    match bytes {
+        1 => input[..pixels].iter().for_each(|&b| f(b as u32)),
+        2 => input[..2 * pixels]
+            .chunks_exact(2)
+            .for_each(|c| f(u16::from_ne_bytes([c[0], c[1]]) as u32)),
+        _ => input[..4 * pixels]
+            .chunks_exact(4)
+            .for_each(|c| f(u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))),
+    }
+}
+
+/// The hot loop: one table lookup per pixel.
+fn apply_table(
+    table: &[u8],
+    map: IndexMap,
+    input: &[u8],
+    bytes: usize,
+    pixels: usize,
+    out: &mut [u8],
+) {
+    let out = &mut out[..pixels];
+    match bytes {
+        1 => {
+            for (o, &b) in out.iter_mut().zip(&input[..pixels]) {
+                *o = table[map.index(b as u32)];
+            }
+        }
+        2 => {
+            for (o, c) in out.iter_mut().zip(input[..2 * pixels].chunks_exact(2)) {
+                *o = table[map.index(u16::from_ne_bytes([c[0], c[1]]) as u32)];
+            }
+        }
+        _ => {
+            for (o, c) in out.iter_mut().zip(input[..4 * pixels].chunks_exact(4)) {
+                *o = table[map.index(u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))];
+            }
+        }
+    }
+}
+
+/// Stored values deeper than 16 bits: evaluate the chain per pixel.
+fn render_gray_direct(
+    g: &GrayPlan,
+    pixels: usize,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<Option<crate::render::plan::Window>, String> {
+    let stats = if chain::needs_statistics(g) {
+        let mut values: Vec<i32> = Vec::with_capacity(pixels);
+        for_each_raw(input, g.stored.bytes(), pixels, |raw| {
+            values.push(g.stored.value(raw))
+        });
+        values.sort_unstable();
+        let mut counts: Vec<(i32, u64)> = Vec::new();
+        for v in values {
+            match counts.last_mut() {
+                Some(last) if last.0 == v => last.1 += 1,
+                _ => counts.push((v, 1)),
+            }
+        }
+        Some(FrameStats::from_stored_counts(g, counts.into_iter()))
+    } else {
+        None
+    };
+    let resolved = chain::resolve(g, stats.as_ref())?;
+    let mut i = 0;
+    for_each_raw(input, g.stored.bytes(), pixels, |raw| {
+        out[i] = chain::gray_output(g, &resolved, g.stored.value(raw));
+        i += 1;
+    });
+    Ok(applied_window(&resolved))
+}

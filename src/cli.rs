@@ -1,0 +1,199 @@
+//! Command-line interface: clap definitions and their translation into a configuration layer
+//! (the library never sees clap types).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use dicomflow::config::{RawConfig, RawGpus};
+
+/// DICOM folders to 8-bit images, in real time, on the GPU when one is present.
+#[derive(Debug, Parser)]
+#[command(name = "dicomflow", version, about, long_about = None)]
+pub struct Cli {
+    /// More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Only errors; no progress or summary.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Render DICOM files and folders (recursively) to 8-bit images.
+    Run(Box<RunArgs>),
+    /// Write a deterministic phantom series as DICOM files.
+    Synth(SynthArgs),
+    /// Show what will be rendered for one file and how.
+    Inspect(InspectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Files and folders to process.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Output directory [config: output.dir, default "out"].
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Configuration file (TOML; see config/default.toml).
+    #[arg(short, long)]
+    pub config: Option<PathBuf>,
+    /// Window: file, file:N, minmax, minmax-no-extremes, histogram:PCT, voi-lut:N, none, or C,W
+    /// (use --window=-40,400 for a negative center).
+    #[arg(long, allow_hyphen_values = true)]
+    pub window: Option<String>,
+    /// VOI LUT function: file, linear, linear-exact, sigmoid.
+    #[arg(long)]
+    pub voi_function: Option<String>,
+    /// Output format: png, jpeg, tiff, bmp.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// PNG compression: none, fast, balanced, best.
+    #[arg(long)]
+    pub png_compression: Option<String>,
+    /// PNG filter: none, sub, up, paeth, adaptive.
+    #[arg(long)]
+    pub png_filter: Option<String>,
+    /// JPEG quality 1..=100.
+    #[arg(long)]
+    pub jpeg_quality: Option<i64>,
+    /// Output naming: mirror, or a pattern such as "{SeriesInstanceUID}/{InstanceNumber:04}".
+    #[arg(long)]
+    pub naming: Option<String>,
+    /// Write a JSON report (per-file status, failures, totals, per-stage times).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Write a Chrome trace-event timeline (Perfetto).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Skip inputs whose outputs exist (resume a killed run).
+    #[arg(long)]
+    pub skip_existing: bool,
+    /// Stop at the first failure.
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// Loader threads (0 = auto).
+    #[arg(long)]
+    pub loaders: Option<i64>,
+    /// Render workers (0 = auto).
+    #[arg(long)]
+    pub workers: Option<i64>,
+    /// Writer threads (0 = auto).
+    #[arg(long)]
+    pub writers: Option<i64>,
+    /// Slots in the ring (0 = auto, else at least 2).
+    #[arg(long)]
+    pub slots: Option<i64>,
+    /// Largest frame accepted, MiB.
+    #[arg(long)]
+    pub max_frame_mib: Option<i64>,
+    /// Backend: auto, cuda, cpu.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// GPU transfer strategy: auto, zero-copy, pinned, pageable.
+    #[arg(long)]
+    pub transfer: Option<String>,
+    /// GPUs: all, or a list such as 0,1.
+    #[arg(long)]
+    pub gpus: Option<String>,
+    /// CUDA streams per device.
+    #[arg(long)]
+    pub streams: Option<i64>,
+    /// Show the live dashboard even when stderr is not a terminal.
+    #[arg(long, conflicts_with = "no_tui")]
+    pub tui: bool,
+    /// Never show the live dashboard.
+    #[arg(long)]
+    pub no_tui: bool,
+}
+
+impl RunArgs {
+    /// The CLI's configuration layer (only what was given).
+    pub fn to_raw(&self) -> RawConfig {
+        let mut r = RawConfig::default();
+        r.render.window = self.window.clone();
+        r.render.voi_function = self.voi_function.clone();
+        r.output.dir = self.output.clone();
+        r.output.format = self.format.clone();
+        r.output.png_compression = self.png_compression.clone();
+        r.output.png_filter = self.png_filter.clone();
+        r.output.jpeg_quality = self.jpeg_quality;
+        r.output.naming = self.naming.clone();
+        r.output.skip_existing = self.skip_existing.then_some(true);
+        r.run.fail_fast = self.fail_fast.then_some(true);
+        r.run.report = self.report.clone();
+        r.run.trace = self.trace.clone();
+        r.pipeline.loaders = self.loaders;
+        r.pipeline.workers = self.workers;
+        r.pipeline.writers = self.writers;
+        r.pipeline.slots = self.slots;
+        r.pipeline.max_frame_mib = self.max_frame_mib;
+        r.gpu.backend = self.backend.clone();
+        r.gpu.transfer = self.transfer.clone();
+        r.gpu.gpus = self.gpus.clone().map(RawGpus::Word);
+        r.gpu.streams = self.streams;
+        r.dashboard.tui = if self.tui {
+            Some("on".into())
+        } else if self.no_tui {
+            Some("off".into())
+        } else {
+            None
+        };
+        r
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SynthArgs {
+    /// Output folder.
+    pub out_dir: PathBuf,
+    /// Rows = columns.
+    #[arg(long, default_value_t = 512)]
+    pub size: u32,
+    /// Number of slices.
+    #[arg(long, default_value_t = 200)]
+    pub slices: u32,
+    /// Signed stored values (PixelRepresentation 1).
+    #[arg(long)]
+    pub signed: bool,
+    /// MONOCHROME1 photometric interpretation.
+    #[arg(long)]
+    pub monochrome1: bool,
+    /// BitsStored for 16-bit data.
+    #[arg(long, default_value_t = 12)]
+    pub bits_stored: u16,
+    /// 8-bit grayscale instead of 16-bit CT.
+    #[arg(long)]
+    pub eight_bit: bool,
+    /// RGB colour phantom.
+    #[arg(long)]
+    pub rgb: bool,
+    /// One multi-frame file instead of one file per slice.
+    #[arg(long)]
+    pub multiframe: bool,
+    /// Windows as "C,W;C,W" ("" for none).
+    #[arg(long, default_value = "40,400;-600,1500", allow_hyphen_values = true)]
+    pub windows: String,
+    /// VOILUTFunction to write (LINEAR, LINEAR_EXACT, SIGMOID).
+    #[arg(long)]
+    pub voi_function: Option<String>,
+    /// Seed for UIDs and noise.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The DICOM file.
+    pub file: PathBuf,
+    /// Window to explain (as for `run`).
+    #[arg(long, default_value = "file", allow_hyphen_values = true)]
+    pub window: String,
+    /// VOI function override to explain.
+    #[arg(long)]
+    pub voi_function: Option<String>,
+}

@@ -1,0 +1,661 @@
+//! Configuration in two layers: raw values (the TOML file, then CLI overrides, each an
+//! [`RawConfig`]) are applied in order over the built-in defaults into one checked [`Settings`].
+//! Every value is validated where it is applied, so an error names the key, the value and
+//! where it came from (the file's path or the flag).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::FatalError;
+use crate::render::spec::{parse_voi_override, VoiFunction, WindowSpec};
+
+/// The configuration shipped in `config/default.toml`; a test checks that it equals
+/// [`Settings::default`].
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// One layer of configuration as written by the user: every key optional.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub render: RawRender,
+    #[serde(default)]
+    pub output: RawOutput,
+    #[serde(default)]
+    pub run: RawRun,
+    #[serde(default)]
+    pub pipeline: RawPipeline,
+    #[serde(default)]
+    pub gpu: RawGpu,
+    #[serde(default)]
+    pub dashboard: RawDashboard,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRender {
+    pub window: Option<String>,
+    pub voi_function: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutput {
+    pub dir: Option<PathBuf>,
+    pub format: Option<String>,
+    pub png_compression: Option<String>,
+    pub png_filter: Option<String>,
+    pub jpeg_quality: Option<i64>,
+    pub naming: Option<String>,
+    pub skip_existing: Option<bool>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRun {
+    pub fail_fast: Option<bool>,
+    pub report: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPipeline {
+    pub loaders: Option<i64>,
+    pub workers: Option<i64>,
+    pub writers: Option<i64>,
+    pub slots: Option<i64>,
+    pub max_frame_mib: Option<i64>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGpu {
+    pub backend: Option<String>,
+    pub transfer: Option<String>,
+    pub gpus: Option<RawGpus>,
+    pub streams: Option<i64>,
+    pub pinned_budget_mib: Option<i64>,
+    pub release_threshold_mib: Option<i64>,
+    pub kernel_cache: Option<PathBuf>,
+}
+
+/// `gpus = "all"` or `gpus = [0, 1]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawGpus {
+    Word(String),
+    List(Vec<i64>),
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDashboard {
+    pub tui: Option<String>,
+    pub tick_ms: Option<i64>,
+    pub log_file: Option<PathBuf>,
+}
+
+/// Where a layer of configuration came from, for error messages.
+#[derive(Debug, Clone)]
+pub enum Origin {
+    /// The built-in defaults (`config/default.toml` compiled into the binary).
+    Defaults,
+    /// A TOML file given with `-c`.
+    File(PathBuf),
+    /// Command-line flags.
+    Cli,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Defaults => write!(f, "built-in defaults"),
+            Origin::File(p) => write!(f, "{}", p.display()),
+            Origin::Cli => write!(f, "command line"),
+        }
+    }
+}
+
+/// Output image format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    Png,
+    Jpeg,
+    Tiff,
+    Bmp,
+}
+
+impl OutputFormat {
+    /// File extension written for this format.
+    pub fn extension(self) -> &'static str {
+        match self {
+            OutputFormat::Png => "png",
+            OutputFormat::Jpeg => "jpg",
+            OutputFormat::Tiff => "tiff",
+            OutputFormat::Bmp => "bmp",
+        }
+    }
+}
+
+/// PNG deflate effort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PngCompression {
+    /// Stored blocks only.
+    None,
+    /// fdeflate's ultra-fast mode (the default: see BENCHMARKS.md).
+    Fast,
+    /// zlib level 6 equivalent.
+    Balanced,
+    /// zlib level 9 equivalent.
+    Best,
+}
+
+/// PNG row filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PngFilter {
+    None,
+    Sub,
+    Up,
+    Paeth,
+    Adaptive,
+}
+
+/// How output files are named.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Naming {
+    /// Mirror the input tree under the output directory (the default).
+    Mirror,
+    /// A pattern of `{Keyword}` / `{Keyword:0N}` placeholders, e.g.
+    /// `{SeriesInstanceUID}/{InstanceNumber:04}`; values are sanitized.
+    Pattern(String),
+}
+
+/// Which compute backend runs the render chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    Auto,
+    Cuda,
+    Cpu,
+}
+
+/// How slices reach the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transfer {
+    Auto,
+    ZeroCopy,
+    Pinned,
+    Pageable,
+}
+
+/// Which GPUs to use.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuSelection {
+    All,
+    List(Vec<usize>),
+}
+
+/// Whether the live dashboard is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TuiMode {
+    /// When stderr is a terminal.
+    Auto,
+    On,
+    Off,
+}
+
+/// The checked settings of one run. Built from [`Settings::default`] by [`Settings::apply`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Settings {
+    pub window: WindowSpec,
+    pub voi_function: Option<VoiFunction>,
+    pub output_dir: PathBuf,
+    pub format: OutputFormat,
+    pub png_compression: PngCompression,
+    pub png_filter: PngFilter,
+    pub jpeg_quality: u8,
+    pub naming: Naming,
+    pub skip_existing: bool,
+    pub fail_fast: bool,
+    pub report: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
+    /// 0 = chosen from the core count at run time.
+    pub loaders: usize,
+    /// 0 = chosen from the core count at run time.
+    pub workers: usize,
+    /// 0 = chosen from the core count at run time.
+    pub writers: usize,
+    /// 0 = chosen from the thread counts at run time.
+    pub slots: usize,
+    pub max_frame_bytes: u64,
+    pub backend: BackendChoice,
+    pub transfer: Transfer,
+    pub gpus: GpuSelection,
+    pub streams: usize,
+    /// 0 = a quarter of physical memory.
+    pub pinned_budget_bytes: u64,
+    pub release_threshold_bytes: u64,
+    pub kernel_cache: Option<PathBuf>,
+    pub tui: TuiMode,
+    pub tick_ms: u64,
+    pub log_file: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            window: WindowSpec::Default,
+            voi_function: None,
+            output_dir: PathBuf::from("out"),
+            format: OutputFormat::Png,
+            png_compression: PngCompression::Fast,
+            png_filter: PngFilter::Adaptive,
+            jpeg_quality: 90,
+            naming: Naming::Mirror,
+            skip_existing: false,
+            fail_fast: false,
+            report: None,
+            trace: None,
+            loaders: 0,
+            workers: 0,
+            writers: 0,
+            slots: 0,
+            max_frame_bytes: 1024 << 20,
+            backend: BackendChoice::Auto,
+            transfer: Transfer::Auto,
+            gpus: GpuSelection::All,
+            streams: 4,
+            pinned_budget_bytes: 0,
+            release_threshold_bytes: 256 << 20,
+            kernel_cache: None,
+            tui: TuiMode::Auto,
+            tick_ms: 100,
+            log_file: None,
+        }
+    }
+}
+
+/// Builds the message for a rejected value.
+fn bad(
+    origin: &Origin,
+    key: &str,
+    value: impl std::fmt::Display,
+    why: impl AsRef<str>,
+) -> FatalError {
+    FatalError::Config(format!(
+        "{origin}: invalid value `{value}` for `{key}`: {}",
+        why.as_ref()
+    ))
+}
+
+fn count(origin: &Origin, key: &str, v: i64, min: i64, max: i64) -> Result<usize, FatalError> {
+    if v < min || v > max {
+        return Err(bad(
+            origin,
+            key,
+            v,
+            format!("expected an integer in {min}..={max}"),
+        ));
+    }
+    Ok(v as usize)
+}
+
+fn nonempty_path(p: &Path) -> Option<PathBuf> {
+    if p.as_os_str().is_empty() {
+        None
+    } else {
+        Some(p.to_path_buf())
+    }
+}
+
+impl Settings {
+    /// Parses a TOML layer; syntax errors and unknown keys name the file.
+    pub fn parse_toml(text: &str, origin: &Origin) -> Result<RawConfig, FatalError> {
+        toml::from_str::<RawConfig>(text)
+            .map_err(|e| FatalError::Config(format!("{origin}: {}", e.to_string().trim_end())))
+    }
+
+    /// Reads and parses a config file.
+    pub fn load_file(path: &Path) -> Result<RawConfig, FatalError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| FatalError::Config(format!("config file {}: {e}", path.display())))?;
+        Self::parse_toml(&text, &Origin::File(path.to_path_buf()))
+    }
+
+    /// Applies one layer over `self`, checking every value it sets.
+    pub fn apply(&mut self, raw: &RawConfig, origin: &Origin) -> Result<(), FatalError> {
+        let r = &raw.render;
+        if let Some(v) = &r.window {
+            self.window = v
+                .parse()
+                .map_err(|e: String| bad(origin, "render.window", v, e))?;
+        }
+        if let Some(v) = &r.voi_function {
+            self.voi_function =
+                parse_voi_override(v).map_err(|e| bad(origin, "render.voi_function", v, e))?;
+        }
+
+        let o = &raw.output;
+        if let Some(v) = &o.dir {
+            if v.as_os_str().is_empty() {
+                return Err(bad(origin, "output.dir", "", "must not be empty"));
+            }
+            self.output_dir = v.clone();
+        }
+        if let Some(v) = &o.format {
+            self.format = match v.as_str() {
+                "png" => OutputFormat::Png,
+                "jpeg" | "jpg" => OutputFormat::Jpeg,
+                "tiff" | "tif" => OutputFormat::Tiff,
+                "bmp" => OutputFormat::Bmp,
+                _ => {
+                    return Err(bad(
+                        origin,
+                        "output.format",
+                        v,
+                        "use png, jpeg, tiff or bmp",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = &o.png_compression {
+            self.png_compression = match v.as_str() {
+                "none" => PngCompression::None,
+                "fast" => PngCompression::Fast,
+                "balanced" => PngCompression::Balanced,
+                "best" => PngCompression::Best,
+                _ => {
+                    return Err(bad(
+                        origin,
+                        "output.png_compression",
+                        v,
+                        "use none, fast, balanced or best",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = &o.png_filter {
+            self.png_filter = match v.as_str() {
+                "none" => PngFilter::None,
+                "sub" => PngFilter::Sub,
+                "up" => PngFilter::Up,
+                "paeth" => PngFilter::Paeth,
+                "adaptive" => PngFilter::Adaptive,
+                _ => {
+                    return Err(bad(
+                        origin,
+                        "output.png_filter",
+                        v,
+                        "use none, sub, up, paeth or adaptive",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = o.jpeg_quality {
+            self.jpeg_quality = count(origin, "output.jpeg_quality", v, 1, 100)? as u8;
+        }
+        if let Some(v) = &o.naming {
+            self.naming = if v == "mirror" {
+                Naming::Mirror
+            } else {
+                crate::output::naming::check_pattern(v)
+                    .map_err(|e| bad(origin, "output.naming", v, e))?;
+                Naming::Pattern(v.clone())
+            };
+        }
+        if let Some(v) = o.skip_existing {
+            self.skip_existing = v;
+        }
+
+        let run = &raw.run;
+        if let Some(v) = run.fail_fast {
+            self.fail_fast = v;
+        }
+        if let Some(v) = &run.report {
+            self.report = nonempty_path(v);
+        }
+        if let Some(v) = &run.trace {
+            self.trace = nonempty_path(v);
+        }
+
+        let p = &raw.pipeline;
+        if let Some(v) = p.loaders {
+            self.loaders = count(origin, "pipeline.loaders", v, 0, 256)?;
+        }
+        if let Some(v) = p.workers {
+            self.workers = count(origin, "pipeline.workers", v, 0, 256)?;
+        }
+        if let Some(v) = p.writers {
+            self.writers = count(origin, "pipeline.writers", v, 0, 256)?;
+        }
+        if let Some(v) = p.slots {
+            if v == 1 {
+                return Err(bad(
+                    origin,
+                    "pipeline.slots",
+                    v,
+                    "at least 2 slots are needed (double buffering); 0 = automatic",
+                ));
+            }
+            self.slots = count(origin, "pipeline.slots", v, 0, 4096)?;
+        }
+        if let Some(v) = p.max_frame_mib {
+            self.max_frame_bytes =
+                count(origin, "pipeline.max_frame_mib", v, 1, 1 << 20)? as u64 * (1 << 20);
+        }
+
+        let g = &raw.gpu;
+        if let Some(v) = &g.backend {
+            self.backend = match v.as_str() {
+                "auto" => BackendChoice::Auto,
+                "cuda" => BackendChoice::Cuda,
+                "cpu" => BackendChoice::Cpu,
+                _ => return Err(bad(origin, "gpu.backend", v, "use auto, cuda or cpu")),
+            };
+        }
+        if let Some(v) = &g.transfer {
+            self.transfer = match v.as_str() {
+                "auto" => Transfer::Auto,
+                "zero-copy" => Transfer::ZeroCopy,
+                "pinned" => Transfer::Pinned,
+                "pageable" => Transfer::Pageable,
+                _ => {
+                    return Err(bad(
+                        origin,
+                        "gpu.transfer",
+                        v,
+                        "use auto, zero-copy, pinned or pageable",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = &g.gpus {
+            self.gpus = match v {
+                RawGpus::Word(w) if w == "all" => GpuSelection::All,
+                RawGpus::Word(w) => parse_gpu_list(w).map_err(|e| bad(origin, "gpu.gpus", w, e))?,
+                RawGpus::List(list) => {
+                    let mut ids = Vec::new();
+                    for &i in list {
+                        ids.push(count(origin, "gpu.gpus", i, 0, 63)?);
+                    }
+                    if ids.is_empty() {
+                        return Err(bad(
+                            origin,
+                            "gpu.gpus",
+                            "[]",
+                            "list at least one GPU or say \"all\"",
+                        ));
+                    }
+                    GpuSelection::List(ids)
+                }
+            };
+        }
+        if let Some(v) = g.streams {
+            self.streams = count(origin, "gpu.streams", v, 1, 64)?;
+        }
+        if let Some(v) = g.pinned_budget_mib {
+            self.pinned_budget_bytes =
+                count(origin, "gpu.pinned_budget_mib", v, 0, 1 << 24)? as u64 * (1 << 20);
+        }
+        if let Some(v) = g.release_threshold_mib {
+            self.release_threshold_bytes =
+                count(origin, "gpu.release_threshold_mib", v, 0, 1 << 24)? as u64 * (1 << 20);
+        }
+        if let Some(v) = &g.kernel_cache {
+            self.kernel_cache = nonempty_path(v);
+        }
+
+        let d = &raw.dashboard;
+        if let Some(v) = &d.tui {
+            self.tui = match v.as_str() {
+                "auto" => TuiMode::Auto,
+                "on" => TuiMode::On,
+                "off" => TuiMode::Off,
+                _ => return Err(bad(origin, "dashboard.tui", v, "use auto, on or off")),
+            };
+        }
+        if let Some(v) = d.tick_ms {
+            self.tick_ms = count(origin, "dashboard.tick_ms", v, 10, 10_000)? as u64;
+        }
+        if let Some(v) = &d.log_file {
+            self.log_file = nonempty_path(v);
+        }
+        Ok(())
+    }
+
+    /// Defaults, then the file (if any), then the CLI layer.
+    pub fn resolve(file: Option<&Path>, cli: &RawConfig) -> Result<Settings, FatalError> {
+        let mut s = Settings::default();
+        if let Some(path) = file {
+            let raw = Self::load_file(path)?;
+            s.apply(&raw, &Origin::File(path.to_path_buf()))?;
+        }
+        s.apply(cli, &Origin::Cli)?;
+        Ok(s)
+    }
+}
+
+/// `"0,1"` → `[0, 1]` (the CLI form of `gpus`).
+pub fn parse_gpu_list(s: &str) -> Result<GpuSelection, String> {
+    if s.trim() == "all" {
+        return Ok(GpuSelection::All);
+    }
+    let mut ids = Vec::new();
+    for part in s.split(',') {
+        let id = part
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("`{part}` is not a GPU index; use \"all\" or e.g. 0,1"))?;
+        ids.push(id);
+    }
+    Ok(GpuSelection::List(ids))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_default_toml_equals_built_in_defaults() {
+        let raw = Settings::parse_toml(DEFAULT_TOML, &Origin::Defaults).unwrap();
+        let mut s = Settings::default();
+        s.apply(&raw, &Origin::Defaults).unwrap();
+        assert_eq!(s, Settings::default());
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_naming_key_and_file() {
+        let origin = Origin::File("my.toml".into());
+        let err = Settings::parse_toml("[render]\nwindw = \"file\"\n", &origin)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("my.toml"), "{err}");
+        assert!(err.contains("windw"), "{err}");
+    }
+
+    #[test]
+    fn unknown_section_is_rejected() {
+        let err = Settings::parse_toml("[rendr]\n", &Origin::File("x.toml".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rendr"), "{err}");
+    }
+
+    #[test]
+    fn bad_value_names_key_value_and_file() {
+        let origin = Origin::File("cfg/bad.toml".into());
+        for (text, key, value) in [
+            ("[render]\nwindow = \"file:0\"", "render.window", "file:0"),
+            ("[output]\nformat = \"gif\"", "output.format", "gif"),
+            ("[pipeline]\nslots = 1", "pipeline.slots", "1"),
+            ("[pipeline]\nloaders = -3", "pipeline.loaders", "-3"),
+            ("[gpu]\ntransfer = \"dma\"", "gpu.transfer", "dma"),
+            ("[output]\njpeg_quality = 0", "output.jpeg_quality", "0"),
+            ("[output]\nnaming = \"{../x}\"", "output.naming", "{../x}"),
+            ("[dashboard]\ntick_ms = 1", "dashboard.tick_ms", "1"),
+        ] {
+            let raw = Settings::parse_toml(text, &origin).unwrap();
+            let err = Settings::default()
+                .apply(&raw, &origin)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("cfg/bad.toml"), "{err}");
+            assert!(err.contains(key), "{err}");
+            assert!(err.contains(value), "{err}");
+        }
+    }
+
+    #[test]
+    fn wrong_type_is_rejected_by_the_parser() {
+        let err = Settings::parse_toml(
+            "[pipeline]\nslots = \"many\"",
+            &Origin::File("t.toml".into()),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("t.toml"), "{err}");
+        assert!(err.contains("slots"), "{err}");
+    }
+
+    #[test]
+    fn cli_overrides_file_which_overrides_defaults() {
+        let file = Settings::parse_toml(
+            "[render]\nwindow = \"minmax\"\n[output]\nformat = \"bmp\"\n",
+            &Origin::Defaults,
+        )
+        .unwrap();
+        let mut cli = RawConfig::default();
+        cli.render.window = Some("40,400".into());
+        let mut s = Settings::default();
+        s.apply(&file, &Origin::File("f.toml".into())).unwrap();
+        s.apply(&cli, &Origin::Cli).unwrap();
+        assert_eq!(
+            s.window,
+            WindowSpec::Explicit {
+                center: 40.0,
+                width: 400.0
+            }
+        );
+        assert_eq!(s.format, OutputFormat::Bmp);
+        assert_eq!(s.png_compression, PngCompression::Fast);
+    }
+
+    #[test]
+    fn gpus_accepts_all_list_and_csv() {
+        let raw = Settings::parse_toml("[gpu]\ngpus = [0, 1]", &Origin::Defaults).unwrap();
+        let mut s = Settings::default();
+        s.apply(&raw, &Origin::Defaults).unwrap();
+        assert_eq!(s.gpus, GpuSelection::List(vec![0, 1]));
+        assert_eq!(parse_gpu_list("all"), Ok(GpuSelection::All));
+        assert!(parse_gpu_list("0,x").is_err());
+    }
+}

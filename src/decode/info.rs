@@ -1,0 +1,495 @@
+//! What a DICOM header says about its image: dimensions, sample layout, photometric
+//! interpretation, rescale and LUTs, windows (including enhanced multi-frame functional
+//! groups), and the identifiers used to group and order series. Read once per file, small,
+//! and independent of the pixel data.
+
+use std::sync::Arc;
+
+use dicom_core::value::Value;
+use dicom_core::Tag;
+use dicom_dictionary_std::tags;
+use dicom_object::InMemDicomObject;
+
+use crate::render::lut::Lut;
+
+/// Photometric interpretations dicomflow renders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Photometric {
+    Monochrome1,
+    Monochrome2,
+    Rgb,
+    YbrFull,
+    YbrFull422,
+    YbrPartial422,
+    PaletteColor,
+    /// JPEG 2000 irreversible / reversible colour transform (decoded to RGB by the codec).
+    YbrIct,
+    YbrRct,
+}
+
+impl Photometric {
+    /// Parses the (0028,0004) value.
+    pub fn parse(s: &str) -> Option<Photometric> {
+        Some(match s.trim() {
+            "MONOCHROME1" => Photometric::Monochrome1,
+            "MONOCHROME2" => Photometric::Monochrome2,
+            "RGB" => Photometric::Rgb,
+            "YBR_FULL" => Photometric::YbrFull,
+            "YBR_FULL_422" => Photometric::YbrFull422,
+            "YBR_PARTIAL_422" => Photometric::YbrPartial422,
+            "PALETTE COLOR" => Photometric::PaletteColor,
+            "YBR_ICT" => Photometric::YbrIct,
+            "YBR_RCT" => Photometric::YbrRct,
+            _ => return None,
+        })
+    }
+
+    /// The DICOM spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Photometric::Monochrome1 => "MONOCHROME1",
+            Photometric::Monochrome2 => "MONOCHROME2",
+            Photometric::Rgb => "RGB",
+            Photometric::YbrFull => "YBR_FULL",
+            Photometric::YbrFull422 => "YBR_FULL_422",
+            Photometric::YbrPartial422 => "YBR_PARTIAL_422",
+            Photometric::PaletteColor => "PALETTE COLOR",
+            Photometric::YbrIct => "YBR_ICT",
+            Photometric::YbrRct => "YBR_RCT",
+        }
+    }
+
+    /// True for MONOCHROME1/2.
+    pub fn is_gray(self) -> bool {
+        matches!(self, Photometric::Monochrome1 | Photometric::Monochrome2)
+    }
+}
+
+/// One VOI window as stored in the file.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FileWindow {
+    pub center: f64,
+    pub width: f64,
+    pub explanation: Option<String>,
+}
+
+/// Rescale slope/intercept (Modality LUT as a linear function).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Rescale {
+    pub slope: f64,
+    pub intercept: f64,
+}
+
+/// The per-frame rendering attributes: plain attributes, overridden by the shared and then the
+/// per-frame functional groups of enhanced multi-frame objects.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct FrameAttrs {
+    pub rescale: Option<Rescale>,
+    pub windows: Vec<FileWindow>,
+    pub voi_function: Option<String>,
+}
+
+/// Everything needed to decode and render the frames of one file.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ImageInfo {
+    pub transfer_syntax: String,
+    pub rows: u32,
+    pub cols: u32,
+    pub frames: u32,
+    pub samples_per_pixel: u16,
+    pub bits_allocated: u16,
+    pub bits_stored: u16,
+    pub high_bit: u16,
+    pub signed: bool,
+    pub photometric: Photometric,
+    /// 0 = interleaved (RGBRGB...), 1 = planar (RR..GG..BB..).
+    pub planar_configuration: u16,
+    /// Native YBR_FULL_422 / YBR_PARTIAL_422: two samples per pixel (Y1 Y2 Cb Cr per pair).
+    /// Cleared when a codec decodes the frame to full samples.
+    pub subsampled_422: bool,
+    /// Attributes of the image as a whole (plain attributes + shared functional groups).
+    pub attrs: FrameAttrs,
+    /// Per-frame functional group overrides, indexed by frame (empty when absent).
+    #[serde(skip)]
+    pub per_frame: Vec<FrameAttrs>,
+    #[serde(skip)]
+    pub modality_lut: Option<Arc<Lut>>,
+    #[serde(skip)]
+    pub voi_luts: Vec<Arc<Lut>>,
+    #[serde(skip)]
+    pub palette: Option<Arc<[Lut; 3]>>,
+    pub voi_lut_explanations: Vec<String>,
+    pub presentation_lut_shape: Option<String>,
+    pub series_uid: Option<String>,
+    pub instance_number: Option<i64>,
+    pub image_position: Option<[f64; 3]>,
+    pub modality: Option<String>,
+    pub sop_class: Option<String>,
+    /// Values usable in output naming patterns (see `output::naming::PATTERN_KEYS`).
+    #[serde(skip)]
+    pub naming: std::collections::BTreeMap<String, String>,
+}
+
+impl ImageInfo {
+    /// Bytes of stored values in one frame as the slot holds them (native order, interleaved).
+    pub fn frame_bytes(&self) -> u64 {
+        let samples = if self.subsampled_422 {
+            2
+        } else {
+            self.samples_per_pixel as u64
+        };
+        self.rows as u64 * self.cols as u64 * samples * (self.bits_allocated as u64 / 8)
+    }
+
+    /// Bytes of one frame as encoded in native (uncompressed) pixel data.
+    pub fn native_frame_bytes(&self) -> u64 {
+        self.frame_bytes()
+    }
+
+    /// Bytes of the 8-bit output of one frame (1 or 3 channels).
+    pub fn output_bytes(&self) -> u64 {
+        self.rows as u64 * self.cols as u64 * if self.photometric.is_gray() { 1 } else { 3 }
+    }
+
+    /// Attributes that apply to `frame`: per-frame groups override the shared ones.
+    pub fn frame_attrs(&self, frame: u32) -> FrameAttrs {
+        let mut a = self.attrs.clone();
+        if let Some(pf) = self.per_frame.get(frame as usize) {
+            if pf.rescale.is_some() {
+                a.rescale = pf.rescale;
+            }
+            if !pf.windows.is_empty() {
+                a.windows = pf.windows.clone();
+            }
+            if pf.voi_function.is_some() {
+                a.voi_function = pf.voi_function.clone();
+            }
+        }
+        a
+    }
+
+    /// Reads the image description from a parsed header (pixel data not needed).
+    pub fn from_object(obj: &InMemDicomObject, transfer_syntax: &str) -> Result<Self, String> {
+        let rows = req_u32(obj, tags::ROWS, "Rows")?;
+        let cols = req_u32(obj, tags::COLUMNS, "Columns")?;
+        if rows == 0 || cols == 0 {
+            return Err(format!("empty image: Rows = {rows}, Columns = {cols}"));
+        }
+        let samples_per_pixel = opt_int(obj, tags::SAMPLES_PER_PIXEL).unwrap_or(1);
+        if samples_per_pixel != 1 && samples_per_pixel != 3 {
+            return Err(format!(
+                "SamplesPerPixel = {samples_per_pixel} is not supported (1 or 3)"
+            ));
+        }
+        let bits_allocated = req_u32(obj, tags::BITS_ALLOCATED, "BitsAllocated")?;
+        if !matches!(bits_allocated, 8 | 16 | 32) {
+            return Err(format!(
+                "BitsAllocated = {bits_allocated} is not supported (8, 16 or 32)"
+            ));
+        }
+        let bits_stored = opt_int(obj, tags::BITS_STORED).unwrap_or(bits_allocated as i64);
+        if bits_stored < 1 || bits_stored > bits_allocated as i64 {
+            return Err(format!(
+                "BitsStored = {bits_stored} does not fit BitsAllocated = {bits_allocated}"
+            ));
+        }
+        let high_bit = opt_int(obj, tags::HIGH_BIT).unwrap_or(bits_stored - 1);
+        if high_bit < bits_stored - 1 || high_bit >= bits_allocated as i64 {
+            return Err(format!(
+                "HighBit = {high_bit} is inconsistent with BitsStored = {bits_stored} and \
+                 BitsAllocated = {bits_allocated}"
+            ));
+        }
+        let signed = opt_int(obj, tags::PIXEL_REPRESENTATION).unwrap_or(0) == 1;
+        let pi_text = opt_str(obj, tags::PHOTOMETRIC_INTERPRETATION).unwrap_or_else(|| {
+            if samples_per_pixel == 3 {
+                "RGB".into()
+            } else {
+                "MONOCHROME2".into()
+            }
+        });
+        let photometric = Photometric::parse(&pi_text)
+            .ok_or_else(|| format!("PhotometricInterpretation `{pi_text}` is not supported"))?;
+        let expected_spp = if photometric.is_gray() || photometric == Photometric::PaletteColor {
+            1
+        } else {
+            3
+        };
+        if samples_per_pixel != expected_spp {
+            return Err(format!(
+                "SamplesPerPixel = {samples_per_pixel} does not match {}",
+                photometric.as_str()
+            ));
+        }
+        let frames = match opt_int(obj, tags::NUMBER_OF_FRAMES) {
+            None => 1,
+            Some(n) if n >= 1 && n <= u32::MAX as i64 => n as u32,
+            Some(n) => return Err(format!("NumberOfFrames = {n} is invalid")),
+        };
+
+        let mut attrs = plain_attrs(obj);
+        let mut per_frame = Vec::new();
+        // Shared functional groups fill in what the top level lacks (as DCMTK does for
+        // rescale); per-frame groups then override per frame (PS3.3 C.7.6.16), which DCMTK
+        // 3.6.7 ignores.
+        if let Some(shared) = first_item(obj, tags::SHARED_FUNCTIONAL_GROUPS_SEQUENCE) {
+            let fg = group_attrs(shared);
+            if attrs.rescale.is_none() {
+                attrs.rescale = fg.rescale;
+            }
+            if attrs.windows.is_empty() && !fg.windows.is_empty() {
+                attrs.windows = fg.windows;
+                if fg.voi_function.is_some() {
+                    attrs.voi_function = fg.voi_function;
+                }
+            }
+        }
+        if let Some(items) = obj
+            .get(tags::PER_FRAME_FUNCTIONAL_GROUPS_SEQUENCE)
+            .and_then(|e| e.items())
+        {
+            per_frame = items.iter().map(group_attrs).collect();
+        }
+
+        let modality_lut = match first_item(obj, tags::MODALITY_LUT_SEQUENCE) {
+            Some(item) => Some(Arc::new(
+                read_lut(item, tags::LUT_DESCRIPTOR, tags::LUT_DATA)
+                    .map_err(|e| format!("Modality LUT Sequence: {e}"))?,
+            )),
+            None => None,
+        };
+        let mut voi_luts = Vec::new();
+        let mut voi_lut_explanations = Vec::new();
+        if let Some(items) = obj.get(tags::VOILUT_SEQUENCE).and_then(|e| e.items()) {
+            for (i, item) in items.iter().enumerate() {
+                let lut = read_lut(item, tags::LUT_DESCRIPTOR, tags::LUT_DATA)
+                    .map_err(|e| format!("VOI LUT Sequence item {}: {e}", i + 1))?;
+                voi_luts.push(Arc::new(lut));
+                voi_lut_explanations.push(opt_str(item, tags::LUT_EXPLANATION).unwrap_or_default());
+            }
+        }
+        let palette = if photometric == Photometric::PaletteColor {
+            let red = read_lut(
+                obj,
+                tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+                tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+            );
+            let green = read_lut(
+                obj,
+                tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+                tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+            );
+            let blue = read_lut(
+                obj,
+                tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
+                tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+            );
+            match (red, green, blue) {
+                (Ok(r), Ok(g), Ok(b)) => Some(Arc::new([r, g, b])),
+                (r, g, b) => {
+                    let e = [r.err(), g.err(), b.err()]
+                        .into_iter()
+                        .flatten()
+                        .next()
+                        .unwrap_or_default();
+                    return Err(format!("palette colour lookup table: {e}"));
+                }
+            }
+        } else {
+            None
+        };
+
+        let image_position = obj
+            .get(tags::IMAGE_POSITION_PATIENT)
+            .and_then(|e| e.to_multi_float64().ok())
+            .filter(|v| v.len() == 3)
+            .map(|v| [v[0], v[1], v[2]]);
+
+        Ok(ImageInfo {
+            transfer_syntax: transfer_syntax.trim_end_matches('\0').trim().to_string(),
+            rows,
+            cols,
+            frames,
+            samples_per_pixel: samples_per_pixel as u16,
+            bits_allocated: bits_allocated as u16,
+            bits_stored: bits_stored as u16,
+            high_bit: high_bit as u16,
+            signed,
+            photometric,
+            planar_configuration: opt_int(obj, tags::PLANAR_CONFIGURATION).unwrap_or(0) as u16,
+            subsampled_422: matches!(
+                photometric,
+                Photometric::YbrFull422 | Photometric::YbrPartial422
+            ),
+            attrs,
+            per_frame,
+            modality_lut,
+            voi_luts,
+            palette,
+            voi_lut_explanations,
+            presentation_lut_shape: opt_str(obj, tags::PRESENTATION_LUT_SHAPE),
+            series_uid: opt_str(obj, tags::SERIES_INSTANCE_UID),
+            instance_number: opt_int(obj, tags::INSTANCE_NUMBER),
+            image_position,
+            modality: opt_str(obj, tags::MODALITY),
+            sop_class: opt_str(obj, tags::SOP_CLASS_UID),
+            naming: naming_values(obj),
+        })
+    }
+}
+
+fn naming_values(obj: &InMemDicomObject) -> std::collections::BTreeMap<String, String> {
+    let mut m = std::collections::BTreeMap::new();
+    for (key, tag) in [
+        ("PatientID", tags::PATIENT_ID),
+        ("StudyInstanceUID", tags::STUDY_INSTANCE_UID),
+        ("SeriesInstanceUID", tags::SERIES_INSTANCE_UID),
+        ("SeriesNumber", tags::SERIES_NUMBER),
+        ("InstanceNumber", tags::INSTANCE_NUMBER),
+        ("SOPInstanceUID", tags::SOP_INSTANCE_UID),
+        ("Modality", tags::MODALITY),
+        ("AccessionNumber", tags::ACCESSION_NUMBER),
+    ] {
+        if let Some(v) = opt_str(obj, tag) {
+            m.insert(key.to_string(), v);
+        }
+    }
+    m
+}
+
+fn req_u32(obj: &InMemDicomObject, tag: Tag, name: &str) -> Result<u32, String> {
+    match opt_int(obj, tag) {
+        Some(v) if (0..=u32::MAX as i64).contains(&v) => Ok(v as u32),
+        Some(v) => Err(format!("{name} = {v} is out of range")),
+        None => Err(format!("{name} is missing")),
+    }
+}
+
+/// An integer attribute, or `None` when absent, empty or unreadable.
+pub(crate) fn opt_int(obj: &InMemDicomObject, tag: Tag) -> Option<i64> {
+    obj.get(tag).and_then(|e| e.to_int::<i64>().ok())
+}
+
+/// A text attribute with padding removed, or `None` when absent or empty.
+pub(crate) fn opt_str(obj: &InMemDicomObject, tag: Tag) -> Option<String> {
+    obj.get(tag)
+        .and_then(|e| e.to_str().ok())
+        .map(|s| {
+            s.trim_matches(|c: char| c == '\0' || c.is_whitespace())
+                .to_string()
+        })
+        .filter(|s| !s.is_empty())
+}
+
+fn opt_floats(obj: &InMemDicomObject, tag: Tag) -> Vec<f64> {
+    obj.get(tag)
+        .and_then(|e| e.to_multi_float64().ok())
+        .unwrap_or_default()
+}
+
+fn first_item(obj: &InMemDicomObject, tag: Tag) -> Option<&InMemDicomObject> {
+    obj.get(tag).and_then(|e| e.items()).and_then(|i| i.first())
+}
+
+/// Rescale and windows as plain attributes of the data set (or of a functional group item).
+fn plain_attrs(obj: &InMemDicomObject) -> FrameAttrs {
+    let slope = obj
+        .get(tags::RESCALE_SLOPE)
+        .and_then(|e| e.to_float64().ok());
+    let intercept = obj
+        .get(tags::RESCALE_INTERCEPT)
+        .and_then(|e| e.to_float64().ok());
+    // Both values are needed (DCMTK ignores a lone slope or intercept).
+    let rescale = match (slope, intercept) {
+        (Some(slope), Some(intercept)) if slope.is_finite() && intercept.is_finite() => {
+            Some(Rescale { slope, intercept })
+        }
+        _ => None,
+    };
+    let centers = opt_floats(obj, tags::WINDOW_CENTER);
+    let widths = opt_floats(obj, tags::WINDOW_WIDTH);
+    let explanations: Vec<String> = obj
+        .get(tags::WINDOW_CENTER_WIDTH_EXPLANATION)
+        .and_then(|e| e.to_multi_str().ok().map(|v| v.to_vec()))
+        .unwrap_or_default();
+    let windows = centers
+        .iter()
+        .zip(widths.iter())
+        .enumerate()
+        .map(|(i, (&center, &width))| FileWindow {
+            center,
+            width,
+            explanation: explanations
+                .get(i)
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty()),
+        })
+        .collect();
+    FrameAttrs {
+        rescale,
+        windows,
+        voi_function: opt_str(obj, tags::VOILUT_FUNCTION),
+    }
+}
+
+/// Rescale and windows from one functional group item (shared or per frame).
+fn group_attrs(item: &InMemDicomObject) -> FrameAttrs {
+    let mut a = FrameAttrs::default();
+    if let Some(pvt) = first_item(item, tags::PIXEL_VALUE_TRANSFORMATION_SEQUENCE) {
+        a.rescale = plain_attrs(pvt).rescale;
+    }
+    if let Some(voi) = first_item(item, tags::FRAME_VOILUT_SEQUENCE) {
+        let p = plain_attrs(voi);
+        a.windows = p.windows;
+        a.voi_function = p.voi_function;
+    }
+    a
+}
+
+/// The 16-bit words of a LUT data element, whatever VR it was stored with.
+fn lut_words(obj: &InMemDicomObject, tag: Tag) -> Result<Vec<u16>, String> {
+    let elem = obj.get(tag).ok_or("LUT Data is missing")?;
+    let Value::Primitive(p) = elem.value() else {
+        return Err("LUT Data is not a primitive value".into());
+    };
+    use dicom_core::PrimitiveValue as P;
+    Ok(match p {
+        P::U16(v) => v.to_vec(),
+        P::I16(v) => v.iter().map(|&x| x as u16).collect(),
+        P::U8(bytes) => bytes
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], *c.get(1).unwrap_or(&0)]))
+            .collect(),
+        _ => {
+            let bytes = p.to_bytes();
+            bytes
+                .chunks(2)
+                .map(|c| u16::from_le_bytes([c[0], *c.get(1).unwrap_or(&0)]))
+                .collect()
+        }
+    })
+}
+
+/// Reads a LUT (descriptor + data) with DCMTK's decoding rules.
+fn read_lut(obj: &InMemDicomObject, descriptor: Tag, data: Tag) -> Result<Lut, String> {
+    let desc = obj.get(descriptor).ok_or("LUT Descriptor is missing")?;
+    let Value::Primitive(p) = desc.value() else {
+        return Err("LUT Descriptor is not a primitive value".into());
+    };
+    use dicom_core::PrimitiveValue as P;
+    let (entries, first_raw, bits) = match p {
+        P::U16(v) if v.len() == 3 => (v[0] as u32, v[1], v[2] as u32),
+        P::I16(v) if v.len() == 3 => (v[0] as u16 as u32, v[1] as u16, v[2] as u16 as u32),
+        _ => {
+            let v = desc
+                .to_multi_int::<i64>()
+                .map_err(|_| "LUT Descriptor is unreadable".to_string())?;
+            if v.len() != 3 {
+                return Err(format!("LUT Descriptor has {} values, expected 3", v.len()));
+            }
+            (v[0] as u16 as u32, v[1] as u16, v[2] as u16 as u32)
+        }
+    };
+    let words = lut_words(obj, data)?;
+    Lut::decode(entries, first_raw, bits, &words)
+}

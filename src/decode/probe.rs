@@ -1,0 +1,121 @@
+//! Tells DICOM files from everything else by their first bytes, before any parsing: the
+//! `DICM` magic after the 128-byte preamble, or a bare data set (no preamble, no file meta)
+//! that starts with a plausible group-0008 element.
+
+use std::io::Read;
+use std::path::Path;
+
+use dicom_dictionary_std::uids;
+
+/// What the first bytes of a file say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// Preamble + `DICM` + file meta group (or `DICM` without preamble).
+    FileMeta,
+    /// A data set without preamble and file meta, in the given transfer syntax.
+    BareDataset { transfer_syntax: &'static str },
+    /// Not DICOM; the reason says why.
+    NotDicom(String),
+}
+
+/// Value representations, to tell explicit from implicit VR in a bare data set.
+const VRS: [&[u8; 2]; 34] = [
+    b"AE", b"AS", b"AT", b"CS", b"DA", b"DS", b"DT", b"FL", b"FD", b"IS", b"LO", b"LT", b"OB",
+    b"OD", b"OF", b"OL", b"OV", b"OW", b"PN", b"SH", b"SL", b"SQ", b"SS", b"ST", b"SV", b"TM",
+    b"UC", b"UI", b"UL", b"UN", b"UR", b"US", b"UT", b"UV",
+];
+
+/// Classifies bytes read from the start of a file.
+pub fn probe_bytes(head: &[u8]) -> Probe {
+    if head.is_empty() {
+        return Probe::NotDicom("empty file".into());
+    }
+    if head.len() >= 132 && &head[128..132] == b"DICM" {
+        return Probe::FileMeta;
+    }
+    if head.len() >= 4 && &head[0..4] == b"DICM" {
+        return Probe::FileMeta;
+    }
+    if head.len() >= 8 {
+        let group = u16::from_le_bytes([head[0], head[1]]);
+        let element = u16::from_le_bytes([head[2], head[3]]);
+        // Bare data sets start with the lowest tag present: almost always group 0008
+        // (SpecificCharacterSet, ImageType, SOPClassUID, ...), sometimes 0002 or 0010..0028.
+        let plausible_group = matches!(group, 0x0002 | 0x0008 | 0x0010 | 0x0018 | 0x0020 | 0x0028);
+        if plausible_group && element < 0x1000 {
+            let vr = [head[4], head[5]];
+            let explicit = VRS.iter().any(|v| **v == vr);
+            let transfer_syntax = if explicit {
+                uids::EXPLICIT_VR_LITTLE_ENDIAN
+            } else {
+                uids::IMPLICIT_VR_LITTLE_ENDIAN
+            };
+            return Probe::BareDataset { transfer_syntax };
+        }
+    }
+    if head.len() < 132 {
+        Probe::NotDicom(format!(
+            "not DICOM: {} bytes, too short for a preamble and no data set header",
+            head.len()
+        ))
+    } else {
+        Probe::NotDicom("not DICOM: no DICM magic at offset 128 and no bare data set header".into())
+    }
+}
+
+/// Reads the first bytes of `path` and classifies them.
+pub fn probe(path: &Path) -> std::io::Result<Probe> {
+    let mut file = std::fs::File::open(path)?;
+    let mut head = [0u8; 132];
+    let mut n = 0;
+    while n < head.len() {
+        match file.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(probe_bytes(&head[..n]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_preamble_and_magic() {
+        let mut b = vec![0u8; 132];
+        b[128..132].copy_from_slice(b"DICM");
+        assert_eq!(probe_bytes(&b), Probe::FileMeta);
+    }
+
+    #[test]
+    fn recognises_bare_explicit_and_implicit_data_sets() {
+        let explicit = [0x08, 0x00, 0x05, 0x00, b'C', b'S', 0x0a, 0x00];
+        assert_eq!(
+            probe_bytes(&explicit),
+            Probe::BareDataset {
+                transfer_syntax: uids::EXPLICIT_VR_LITTLE_ENDIAN
+            }
+        );
+        let implicit = [0x08, 0x00, 0x16, 0x00, 0x1a, 0x00, 0x00, 0x00];
+        assert_eq!(
+            probe_bytes(&implicit),
+            Probe::BareDataset {
+                transfer_syntax: uids::IMPLICIT_VR_LITTLE_ENDIAN
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_other_files_with_a_reason() {
+        assert!(matches!(probe_bytes(b""), Probe::NotDicom(r) if r.contains("empty")));
+        assert!(matches!(
+            probe_bytes(b"hello world, not dicom"),
+            Probe::NotDicom(_)
+        ));
+        let png = b"\x89PNG\r\n\x1a\n".repeat(20);
+        assert!(matches!(probe_bytes(&png), Probe::NotDicom(r) if r.contains("DICM")));
+    }
+}

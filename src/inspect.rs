@@ -1,0 +1,194 @@
+//! `dicomflow inspect FILE`: what will be rendered and how — dimensions, frames, transfer
+//! syntax, bits, photometric interpretation, rescale and LUTs, every window with its index,
+//! and the window the current settings choose.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use dicom_encoding::transfer_syntax::TransferSyntaxIndex;
+
+use crate::decode::{probe, DecodeLimits, ImageFile};
+use crate::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
+
+/// Describes `path` as text; `opts` is the window choice to explain.
+pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
+    let kind = probe(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = ImageFile::open(
+        path,
+        kind,
+        DecodeLimits {
+            max_frame_bytes: u64::MAX,
+        },
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    let i = &file.info;
+    let ts_name = dicom_transfer_syntax_registry::TransferSyntaxRegistry
+        .get(&i.transfer_syntax)
+        .map(|t| t.name().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let mut s = String::new();
+    let _ = writeln!(s, "file               {}", path.display());
+    let _ = writeln!(
+        s,
+        "transfer syntax    {} ({}){}",
+        ts_name,
+        i.transfer_syntax,
+        if file.bare_dataset {
+            ", no file meta"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "pixel read         {}",
+        if file.is_direct() {
+            "direct into slot (uncompressed)"
+        } else {
+            "decoded (codec or full parse)"
+        }
+    );
+    let _ = writeln!(
+        s,
+        "dimensions         {} x {} (cols x rows), {} frame(s)",
+        i.cols, i.rows, i.frames
+    );
+    let _ = writeln!(
+        s,
+        "samples            {} per pixel, {}",
+        i.samples_per_pixel,
+        if i.samples_per_pixel == 3 {
+            if i.planar_configuration == 1 {
+                "planar"
+            } else {
+                "interleaved"
+            }
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "bits               allocated {}, stored {}, high bit {}, {}",
+        i.bits_allocated,
+        i.bits_stored,
+        i.high_bit,
+        if i.signed { "signed" } else { "unsigned" }
+    );
+    let _ = writeln!(s, "photometric        {}", i.photometric.as_str());
+    if let Some(m) = &i.modality {
+        let _ = writeln!(s, "modality           {m}");
+    }
+    let a = &i.attrs;
+    match (&i.modality_lut, a.rescale) {
+        (Some(l), _) => {
+            let _ = writeln!(
+                s,
+                "modality LUT       sequence: {} entries from {}, {} bits",
+                l.data.len(),
+                l.first(i.signed),
+                l.bits
+            );
+        }
+        (None, Some(r)) => {
+            let _ = writeln!(
+                s,
+                "rescale            slope {} intercept {}",
+                r.slope, r.intercept
+            );
+        }
+        (None, None) => {
+            let _ = writeln!(s, "rescale            none (identity)");
+        }
+    }
+    if a.windows.is_empty() {
+        let _ = writeln!(s, "windows            none in file");
+    }
+    for (n, w) in a.windows.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "window file:{:<6} center {} width {}{}{}",
+            n + 1,
+            w.center,
+            w.width,
+            w.explanation
+                .as_ref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default(),
+            if w.width < 1.0 {
+                " [invalid: width < 1]"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(f) = &a.voi_function {
+        let _ = writeln!(s, "VOI LUT function   {f}");
+    }
+    for (n, l) in i.voi_luts.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "VOI LUT voi-lut:{:<2} {} entries from {}, {} bits{}",
+            n + 1,
+            l.data.len(),
+            l.first_raw,
+            l.bits,
+            i.voi_lut_explanations
+                .get(n)
+                .filter(|e| !e.is_empty())
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        );
+    }
+    if !i.per_frame.is_empty() {
+        let _ = writeln!(
+            s,
+            "functional groups  {} per-frame item(s)",
+            i.per_frame.len()
+        );
+    }
+    if let Some(p) = &i.presentation_lut_shape {
+        let _ = writeln!(s, "presentation LUT   {p}");
+    }
+    let _ = writeln!(s, "requested window   {}", opts.window);
+    match plan_frame(i, 0, opts) {
+        Ok(plan) => {
+            let chosen = match &plan.chain {
+                Chain::Gray(g) => {
+                    let m = match &g.modality {
+                        Modality::Identity => "identity".to_string(),
+                        Modality::Rescale { slope, intercept } => {
+                            format!("rescale {slope}·x + {intercept}")
+                        }
+                        Modality::Lut(_) => "modality LUT".to_string(),
+                    };
+                    let v = match &g.voi {
+                        Voi::Window(w) => format!(
+                            "window center {} width {} ({})",
+                            w.center, w.width, w.function
+                        ),
+                        Voi::Lut(l) => format!("VOI LUT ({} entries)", l.data.len()),
+                        Voi::Auto(a, f) => format!("{a:?} computed from each frame ({f})"),
+                        Voi::None => "none (full range scaled)".to_string(),
+                    };
+                    format!(
+                        "{m}; {v}{}",
+                        if g.invert {
+                            "; inverted (MONOCHROME1)"
+                        } else {
+                            ""
+                        }
+                    )
+                }
+                Chain::Color(c) => {
+                    format!("colour {:?} -> RGB", c.model).replace("Palette(..)", "palette")
+                }
+            };
+            let _ = writeln!(s, "chosen             {chosen}");
+        }
+        Err(e) => {
+            let _ = writeln!(s, "chosen             cannot render: {e}");
+        }
+    }
+    Ok(s)
+}

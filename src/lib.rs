@@ -1,0 +1,51 @@
+//! dicomflow turns folders of DICOM images into 8-bit images through an overlapped pipeline:
+//! loader threads decode stored values straight into a ring of reusable slots, a backend (CPU
+//! reference, or CUDA when a GPU is usable) executes the render chain, and writer threads
+//! encode and atomically write the outputs. Rendering is bit-exact with DCMTK.
+//!
+//! Reading order: [`config`] (settings) → [`source`] (finding files) → [`decode`] (header and
+//! stored values) → [`render`] (the chain as data) → [`backend`] (executing it) →
+//! [`pipeline`] (stages, slots, channels) → [`output`] (encoding, atomic writes) →
+//! [`stats`] / [`report`] (what happened).
+
+pub mod backend;
+pub mod config;
+pub mod decode;
+pub mod error;
+pub mod inspect;
+pub mod output;
+pub mod pipeline;
+pub mod render;
+pub mod report;
+pub mod source;
+pub mod stats;
+pub mod synth;
+pub mod trace;
+
+use std::sync::Arc;
+
+use backend::cpu::CpuBackend;
+use backend::Backend;
+use config::{BackendChoice, Settings};
+use error::FatalError;
+
+/// Cores available to this process.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Chooses the backend the settings ask for. `auto` falls back to the CPU (saying why);
+/// `cuda` on a machine without a usable GPU is a fatal error.
+pub fn select_backend(settings: &Settings) -> Result<Arc<dyn Backend>, FatalError> {
+    match settings.backend {
+        BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
+        BackendChoice::Cuda => Err(FatalError::Backend(
+            "backend = \"cuda\" was requested, but this build has no CUDA backend".into(),
+        )),
+        BackendChoice::Auto => Ok(Arc::new(CpuBackend::new(
+            "auto: no CUDA backend in this build",
+        ))),
+    }
+}

@@ -1,0 +1,158 @@
+//! The `dicomflow` binary: parse the command line, set up logging, call the library, and turn
+//! the outcome into an exit code (0 all ok, 1 some inputs failed, 2 usage/config/fatal).
+
+mod cli;
+mod signals;
+
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+use dicomflow::config::Settings;
+use dicomflow::error::FatalError;
+use dicomflow::render::spec::parse_voi_override;
+use dicomflow::render::RenderOptions;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("dicomflow: error: {e}");
+            2
+        }
+    };
+    ExitCode::from(code as u8)
+}
+
+fn init_logging(verbose: u8, quiet: bool) {
+    let default = if quiet {
+        "error"
+    } else {
+        match verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn run(cli: Cli) -> Result<i32, FatalError> {
+    init_logging(cli.verbose, cli.quiet);
+    match cli.command {
+        Command::Run(args) => {
+            let settings = Settings::resolve(args.config.as_deref(), &args.to_raw())?;
+            let backend = dicomflow::select_backend(&settings)?;
+            let stats = dicomflow::stats::Stats::new();
+            let cancel = Arc::new(AtomicBool::new(false));
+            signals::cancel_on_interrupt(cancel.clone());
+            let tracer = settings
+                .trace
+                .as_ref()
+                .map(|_| Arc::new(dicomflow::trace::Tracer::new()));
+            let result = dicomflow::pipeline::run(
+                &settings,
+                &args.inputs,
+                backend,
+                stats.clone(),
+                cancel,
+                tracer.clone(),
+            )?;
+            let snapshot = stats.snapshot();
+            if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
+                t.write(path)
+                    .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
+            }
+            if let Some(path) = &settings.report {
+                dicomflow::report::write_report(path, &settings, &result, &snapshot)
+                    .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
+            }
+            if !cli.quiet {
+                eprint!("{}", dicomflow::report::summary(&result, &snapshot));
+            }
+            Ok(result.exit_code())
+        }
+        Command::Synth(a) => {
+            let windows = parse_windows(&a.windows)?;
+            let opts = dicomflow::synth::SynthOptions {
+                size: a.size,
+                slices: a.slices,
+                signed: a.signed,
+                monochrome1: a.monochrome1,
+                bits_stored: a.bits_stored,
+                eight_bit: a.eight_bit,
+                rgb: a.rgb,
+                multiframe: a.multiframe,
+                windows,
+                voi_function: a.voi_function,
+                seed: a.seed,
+                threads: 0,
+            };
+            let written =
+                dicomflow::synth::write_series(&a.out_dir, &opts).map_err(FatalError::Other)?;
+            if !cli.quiet {
+                eprintln!(
+                    "dicomflow: wrote {} file(s) to {}",
+                    written.len(),
+                    a.out_dir.display()
+                );
+            }
+            Ok(0)
+        }
+        Command::Inspect(a) => {
+            let window = a
+                .window
+                .parse()
+                .map_err(|e: String| FatalError::Config(format!("--window: {e}")))?;
+            let voi_function = match &a.voi_function {
+                Some(v) => parse_voi_override(v)
+                    .map_err(|e| FatalError::Config(format!("--voi-function: {e}")))?,
+                None => None,
+            };
+            match dicomflow::inspect::describe(
+                &a.file,
+                &RenderOptions {
+                    window,
+                    voi_function,
+                },
+            ) {
+                Ok(text) => {
+                    print!("{text}");
+                    Ok(0)
+                }
+                Err(e) => {
+                    eprintln!("dicomflow: {e}");
+                    Ok(1)
+                }
+            }
+        }
+    }
+}
+
+fn parse_windows(s: &str) -> Result<Vec<(f64, f64)>, FatalError> {
+    s.split(';')
+        .filter(|w| !w.trim().is_empty())
+        .map(|w| {
+            let (c, width) = w
+                .split_once(',')
+                .ok_or_else(|| FatalError::Config(format!("--windows: `{w}` is not C,W")))?;
+            let parse = |x: &str| {
+                x.trim()
+                    .parse::<f64>()
+                    .map_err(|_| FatalError::Config(format!("--windows: `{x}` is not a number")))
+            };
+            Ok((parse(c)?, parse(width)?))
+        })
+        .collect()
+}

@@ -1,0 +1,164 @@
+//! 8-bit pixels → encoded image bytes (PNG through the `png` crate with the configured
+//! compression and filter; JPEG, TIFF and BMP through `image`). One [`ImageEncoder`] per writer
+//! thread reuses its output buffer.
+
+use std::io::Cursor;
+
+use image::ImageEncoder as _;
+
+use crate::config::{OutputFormat, PngCompression, PngFilter};
+
+/// Encoding settings.
+#[derive(Debug, Clone, Copy)]
+pub struct EncodeOptions {
+    pub format: OutputFormat,
+    pub png_compression: PngCompression,
+    pub png_filter: PngFilter,
+    pub jpeg_quality: u8,
+}
+
+/// A reusable encoder.
+pub struct ImageEncoder {
+    opts: EncodeOptions,
+    buf: Vec<u8>,
+}
+
+impl ImageEncoder {
+    pub fn new(opts: EncodeOptions) -> Self {
+        ImageEncoder {
+            opts,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Encodes `pixels` (`channels` = 1 gray or 3 RGB, row-major) and returns the bytes.
+    pub fn encode(
+        &mut self,
+        width: u32,
+        height: u32,
+        channels: usize,
+        pixels: &[u8],
+    ) -> Result<&[u8], String> {
+        self.buf.clear();
+        let expected = width as usize * height as usize * channels;
+        if pixels.len() != expected {
+            return Err(format!(
+                "internal: {} bytes for a {width}x{height}x{channels} image",
+                pixels.len()
+            ));
+        }
+        match self.opts.format {
+            OutputFormat::Png => self.encode_png(width, height, channels, pixels)?,
+            other => {
+                let color = if channels == 1 {
+                    image::ExtendedColorType::L8
+                } else {
+                    image::ExtendedColorType::Rgb8
+                };
+                let mut cursor = Cursor::new(std::mem::take(&mut self.buf));
+                let result = match other {
+                    OutputFormat::Jpeg => image::codecs::jpeg::JpegEncoder::new_with_quality(
+                        &mut cursor,
+                        self.opts.jpeg_quality,
+                    )
+                    .encode(pixels, width, height, color),
+                    OutputFormat::Tiff => image::codecs::tiff::TiffEncoder::new(&mut cursor)
+                        .write_image(pixels, width, height, color),
+                    OutputFormat::Bmp => image::codecs::bmp::BmpEncoder::new(&mut cursor)
+                        .encode(pixels, width, height, color),
+                    OutputFormat::Png => unreachable!("handled above"),
+                };
+                self.buf = cursor.into_inner();
+                result.map_err(|e| format!("{other:?} encoder: {e}"))?;
+            }
+        }
+        Ok(&self.buf)
+    }
+
+    /// The bytes of the last successful [`encode`](Self::encode).
+    pub fn last(&self) -> &[u8] {
+        &self.buf
+    }
+
+    fn encode_png(
+        &mut self,
+        width: u32,
+        height: u32,
+        channels: usize,
+        pixels: &[u8],
+    ) -> Result<(), String> {
+        let mut enc = png::Encoder::new(&mut self.buf, width, height);
+        enc.set_color(if channels == 1 {
+            png::ColorType::Grayscale
+        } else {
+            png::ColorType::Rgb
+        });
+        enc.set_depth(png::BitDepth::Eight);
+        match self.opts.png_compression {
+            PngCompression::None => {
+                enc.set_deflate_compression(png::DeflateCompression::NoCompression)
+            }
+            PngCompression::Fast => enc.set_compression(png::Compression::Fast),
+            PngCompression::Balanced => enc.set_compression(png::Compression::Balanced),
+            PngCompression::Best => enc.set_compression(png::Compression::High),
+        }
+        enc.set_filter(match self.opts.png_filter {
+            PngFilter::None => png::Filter::NoFilter,
+            PngFilter::Sub => png::Filter::Sub,
+            PngFilter::Up => png::Filter::Up,
+            PngFilter::Paeth => png::Filter::Paeth,
+            PngFilter::Adaptive => png::Filter::Adaptive,
+        });
+        let mut writer = enc
+            .write_header()
+            .map_err(|e| format!("PNG encoder: {e}"))?;
+        writer
+            .write_image_data(pixels)
+            .map_err(|e| format!("PNG encoder: {e}"))?;
+        writer.finish().map_err(|e| format!("PNG encoder: {e}"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(format: OutputFormat) -> EncodeOptions {
+        EncodeOptions {
+            format,
+            png_compression: PngCompression::Fast,
+            png_filter: PngFilter::Adaptive,
+            jpeg_quality: 90,
+        }
+    }
+
+    #[test]
+    fn png_round_trips_exactly() {
+        let pixels: Vec<u8> = (0..64 * 48).map(|i| (i * 7 % 256) as u8).collect();
+        let mut e = ImageEncoder::new(opts(OutputFormat::Png));
+        let bytes = e.encode(64, 48, 1, &pixels).unwrap().to_vec();
+        let img = image::load_from_memory(&bytes).unwrap().to_luma8();
+        assert_eq!(img.as_raw(), &pixels);
+    }
+
+    #[test]
+    fn every_format_encodes_gray_and_rgb() {
+        for f in [
+            OutputFormat::Png,
+            OutputFormat::Jpeg,
+            OutputFormat::Tiff,
+            OutputFormat::Bmp,
+        ] {
+            let mut e = ImageEncoder::new(opts(f));
+            assert!(!e.encode(8, 8, 1, &[128; 64]).unwrap().is_empty());
+            assert!(!e.encode(8, 8, 3, &[128; 192]).unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn wrong_buffer_size_is_an_error() {
+        let mut e = ImageEncoder::new(opts(OutputFormat::Png));
+        assert!(e.encode(8, 8, 1, &[0; 10]).is_err());
+    }
+}

@@ -1,0 +1,5 @@
+//! Encoders and atomic writers: the last stage of a slice.
+
+pub mod atomic;
+pub mod encode;
+pub mod naming;

@@ -1,0 +1,397 @@
+//! What the stages report about files and frames, and the collector that turns those events
+//! into per-file records, counters and the fail-fast decision.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::BackendInfo;
+use crate::error::Stage;
+use crate::pipeline::Sizing;
+use crate::render::plan::Window;
+use crate::stats::{ErrorEntry, Stats};
+
+/// A stage's report about one file or frame.
+#[derive(Debug)]
+pub enum Event {
+    /// Not DICOM or not an image: listed, not a failure.
+    Skipped { path: PathBuf, reason: String },
+    /// The whole file failed before any frame was produced.
+    FileFailed {
+        id: Option<usize>,
+        path: PathBuf,
+        stage: Stage,
+        reason: String,
+    },
+    /// The header was read: `frames` frames will follow as frame events.
+    FileStarted {
+        id: usize,
+        path: PathBuf,
+        meta: FileMeta,
+    },
+    /// A frame's output was written.
+    FrameDone {
+        id: usize,
+        frame: u32,
+        output: PathBuf,
+        bytes: u64,
+        window: Option<Window>,
+        device: Option<usize>,
+    },
+    /// A frame's output already existed (`--skip-existing`).
+    FrameExisting {
+        id: usize,
+        frame: u32,
+        output: PathBuf,
+    },
+    /// A frame failed.
+    FrameFailed {
+        id: usize,
+        frame: u32,
+        stage: Stage,
+        reason: String,
+    },
+    /// A frame was not attempted because the run was cancelled.
+    FrameCancelled { id: usize, frame: u32 },
+}
+
+/// Header facts kept for the report.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FileMeta {
+    pub frames: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub transfer_syntax: String,
+    pub photometric: String,
+    pub series_uid: Option<String>,
+    pub instance_number: Option<i64>,
+    pub image_position: Option<[f64; 3]>,
+    /// True when stored values were read straight from the file into the slot.
+    pub direct_read: bool,
+}
+
+/// Final status of one input file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileStatus {
+    /// Every frame written (or already present).
+    Ok,
+    /// Not DICOM / not an image.
+    Skipped,
+    /// Nothing produced.
+    Failed,
+    /// Some frames written, some failed.
+    Partial,
+    /// The run was cancelled before this file was finished.
+    Cancelled,
+}
+
+/// One output file.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OutputRecord {
+    pub frame: u32,
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// True when the file already existed and was kept (`--skip-existing`).
+    pub existing: bool,
+    pub window: Option<Window>,
+    pub device: Option<usize>,
+}
+
+/// One failure.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FailureRecord {
+    pub frame: Option<u32>,
+    pub stage: Stage,
+    pub reason: String,
+}
+
+/// What happened to one input file.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FileRecord {
+    pub path: PathBuf,
+    pub status: FileStatus,
+    /// Reason for a skip.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<FileMeta>,
+    pub outputs: Vec<OutputRecord>,
+    pub failures: Vec<FailureRecord>,
+    #[serde(skip)]
+    cancelled_frames: u32,
+}
+
+impl FileRecord {
+    fn new(path: PathBuf) -> Self {
+        FileRecord {
+            path,
+            status: FileStatus::Failed,
+            skip_reason: None,
+            meta: None,
+            outputs: Vec::new(),
+            failures: Vec::new(),
+            cancelled_frames: 0,
+        }
+    }
+
+    fn settle(&mut self) {
+        if self.skip_reason.is_some() {
+            self.status = FileStatus::Skipped;
+            return;
+        }
+        let frames = self.meta.as_ref().map(|m| m.frames).unwrap_or(0) as usize;
+        let ok = self.outputs.len();
+        self.status = if self.failures.is_empty() && self.meta.is_some() && ok == frames {
+            FileStatus::Ok
+        } else if self.failures.is_empty() && self.cancelled_frames > 0 {
+            FileStatus::Cancelled
+        } else if ok > 0 {
+            FileStatus::Partial
+        } else {
+            FileStatus::Failed
+        };
+    }
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunResult {
+    pub files: Vec<FileRecord>,
+    pub backend: BackendInfo,
+    pub sizing: Sizing,
+    #[serde(serialize_with = "ser_secs")]
+    pub elapsed: Duration,
+    pub cancelled: bool,
+    pub slot_memory_bytes: u64,
+    pub slot_memory_kind: String,
+    pub totals: Totals,
+}
+
+fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// Counts over all files.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Totals {
+    pub files: usize,
+    pub files_ok: usize,
+    pub files_failed: usize,
+    pub files_partial: usize,
+    pub files_skipped: usize,
+    pub files_cancelled: usize,
+    pub frames_written: usize,
+    pub frames_existing: usize,
+    pub frames_failed: usize,
+    pub output_bytes: u64,
+}
+
+impl RunResult {
+    /// Files that failed wholly or partly.
+    pub fn failed(&self) -> impl Iterator<Item = &FileRecord> {
+        self.files
+            .iter()
+            .filter(|f| matches!(f.status, FileStatus::Failed | FileStatus::Partial))
+    }
+
+    /// 0 all good (a run the user stopped included), 1 some inputs failed.
+    pub fn exit_code(&self) -> i32 {
+        if self.totals.files_failed + self.totals.files_partial > 0 {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// Folds events into records as they arrive.
+pub struct Collector {
+    by_id: HashMap<usize, FileRecord>,
+    others: Vec<FileRecord>,
+    fail_fast: bool,
+    cancel: Arc<AtomicBool>,
+    stats: Arc<Stats>,
+}
+
+impl Collector {
+    pub fn new(fail_fast: bool, cancel: Arc<AtomicBool>, stats: Arc<Stats>) -> Self {
+        Collector {
+            by_id: HashMap::new(),
+            others: Vec::new(),
+            fail_fast,
+            cancel,
+            stats,
+        }
+    }
+
+    fn failure(&mut self, path: &std::path::Path, stage: Stage, reason: &str) {
+        self.stats.push_error(ErrorEntry {
+            path: path.to_path_buf(),
+            stage: stage.name().into(),
+            reason: reason.into(),
+        });
+        tracing::warn!(path = %path.display(), %stage, "{reason}");
+        if self.fail_fast {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn record(&mut self, id: usize, path: Option<&PathBuf>) -> &mut FileRecord {
+        self.by_id
+            .entry(id)
+            .or_insert_with(|| FileRecord::new(path.cloned().unwrap_or_default()))
+    }
+
+    /// Takes one event into account.
+    pub fn handle(&mut self, event: Event) {
+        let t = &self.stats.totals;
+        match event {
+            Event::Skipped { path, reason } => {
+                t.files_skipped.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(path = %path.display(), "skipped: {reason}");
+                let mut r = FileRecord::new(path);
+                r.skip_reason = Some(reason);
+                self.others.push(r);
+            }
+            Event::FileFailed {
+                id,
+                path,
+                stage,
+                reason,
+            } => {
+                t.files_failed.fetch_add(1, Ordering::Relaxed);
+                self.failure(&path, stage, &reason);
+                let rec = match id {
+                    Some(id) => self.record(id, Some(&path)),
+                    None => {
+                        self.others.push(FileRecord::new(path));
+                        self.others
+                            .last_mut()
+                            .unwrap_or_else(|| unreachable!("just pushed"))
+                    }
+                };
+                rec.failures.push(FailureRecord {
+                    frame: None,
+                    stage,
+                    reason,
+                });
+            }
+            Event::FileStarted { id, path, meta } => {
+                t.frames_planned
+                    .fetch_add(meta.frames as u64, Ordering::Relaxed);
+                self.record(id, Some(&path)).meta = Some(meta);
+            }
+            Event::FrameDone {
+                id,
+                frame,
+                output,
+                bytes,
+                window,
+                device,
+            } => {
+                t.frames_done.fetch_add(1, Ordering::Relaxed);
+                t.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+                self.record(id, None).outputs.push(OutputRecord {
+                    frame,
+                    path: output,
+                    bytes,
+                    existing: false,
+                    window,
+                    device,
+                });
+            }
+            Event::FrameExisting { id, frame, output } => {
+                t.frames_existing.fetch_add(1, Ordering::Relaxed);
+                let bytes = std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0);
+                self.record(id, None).outputs.push(OutputRecord {
+                    frame,
+                    path: output,
+                    bytes,
+                    existing: true,
+                    window: None,
+                    device: None,
+                });
+            }
+            Event::FrameFailed {
+                id,
+                frame,
+                stage,
+                reason,
+            } => {
+                t.frames_failed.fetch_add(1, Ordering::Relaxed);
+                let path = self.record(id, None).path.clone();
+                self.failure(&path, stage, &format!("frame {}: {reason}", frame + 1));
+                self.record(id, None).failures.push(FailureRecord {
+                    frame: Some(frame),
+                    stage,
+                    reason,
+                });
+            }
+            Event::FrameCancelled { id, .. } => {
+                self.record(id, None).cancelled_frames += 1;
+            }
+        }
+    }
+
+    /// Settles every record and computes totals.
+    pub fn finish(
+        mut self,
+        backend: BackendInfo,
+        sizing: Sizing,
+        elapsed: Duration,
+        slot_memory_bytes: u64,
+        slot_memory_kind: &str,
+    ) -> RunResult {
+        let mut files: Vec<FileRecord> = self.by_id.drain().map(|(_, r)| r).collect();
+        files.append(&mut self.others);
+        let mut totals = Totals::default();
+        for f in &mut files {
+            f.settle();
+            f.outputs.sort_by_key(|o| o.frame);
+            totals.files += 1;
+            match f.status {
+                FileStatus::Ok => totals.files_ok += 1,
+                FileStatus::Failed => totals.files_failed += 1,
+                FileStatus::Partial => totals.files_partial += 1,
+                FileStatus::Skipped => totals.files_skipped += 1,
+                FileStatus::Cancelled => totals.files_cancelled += 1,
+            }
+            for o in &f.outputs {
+                if o.existing {
+                    totals.frames_existing += 1;
+                } else {
+                    totals.frames_written += 1;
+                    totals.output_bytes += o.bytes;
+                }
+            }
+            totals.frames_failed += f.failures.iter().filter(|x| x.frame.is_some()).count();
+        }
+        files.sort_by(|a, b| {
+            fn key(r: &FileRecord) -> crate::source::series::SeriesKey<'_> {
+                crate::source::series::SeriesKey {
+                    series_uid: r.meta.as_ref().and_then(|m| m.series_uid.as_deref()),
+                    instance_number: r.meta.as_ref().and_then(|m| m.instance_number),
+                    position: r.meta.as_ref().and_then(|m| m.image_position),
+                    path: &r.path,
+                }
+            }
+            // Images grouped by series first; skipped and failed files after, by path.
+            (a.meta.is_none(), a.status == FileStatus::Skipped)
+                .cmp(&(b.meta.is_none(), b.status == FileStatus::Skipped))
+                .then_with(|| crate::source::series::compare(&key(a), &key(b)))
+        });
+        RunResult {
+            files,
+            backend,
+            sizing,
+            elapsed,
+            cancelled: self.cancel.load(Ordering::Relaxed),
+            slot_memory_bytes,
+            slot_memory_kind: slot_memory_kind.to_string(),
+            totals,
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! The pipeline: scan → loaders → render workers → writers, connected by bounded channels,
+//! with frames travelling in slots from a fixed ring. Every stage runs at once; a full
+//! channel or an empty ring blocks the stage upstream (backpressure, never dropping data).
+//! Each input frame ends as exactly one output or one reported error.
+
+pub mod events;
+pub mod slot;
+mod stages;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::backend::Backend;
+use crate::config::Settings;
+use crate::error::FatalError;
+use crate::render::RenderOptions;
+use crate::stats::Stats;
+use crate::trace::Tracer;
+
+pub use events::{Collector, Event, FileRecord, FileStatus, RunResult};
+use slot::SlotPool;
+
+/// Thread counts and ring depth actually used.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Sizing {
+    pub loaders: usize,
+    pub workers: usize,
+    pub writers: usize,
+    pub slots: usize,
+}
+
+impl Sizing {
+    /// Settings, with zeros replaced by defaults derived from the core count.
+    pub fn from_settings(settings: &Settings, backend: &dyn Backend) -> Sizing {
+        let cores = crate::available_cores();
+        let loaders = if settings.loaders > 0 {
+            settings.loaders
+        } else {
+            (cores / 4).max(1)
+        };
+        let workers = if settings.workers > 0 {
+            settings.workers
+        } else {
+            backend.default_workers().max(1)
+        };
+        let writers = if settings.writers > 0 {
+            settings.writers
+        } else {
+            cores.max(1)
+        };
+        let slots = if settings.slots > 0 {
+            settings.slots
+        } else {
+            (2 * (loaders + workers + writers) + 2).max(4)
+        };
+        Sizing {
+            loaders,
+            workers,
+            writers,
+            slots,
+        }
+    }
+}
+
+/// Shared, read-only context of the stage threads.
+pub(crate) struct Context<'a> {
+    pub settings: &'a Settings,
+    pub render: RenderOptions,
+    pub stats: Arc<Stats>,
+    pub cancel: Arc<AtomicBool>,
+    pub pool: SlotPool,
+    pub claimed: Mutex<HashSet<PathBuf>>,
+    pub tracer: Option<Arc<Tracer>>,
+}
+
+fn spawn_named<'scope, 'env>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    name: String,
+    f: Box<dyn FnOnce() + Send + 'scope>,
+) -> Result<(), FatalError> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn_scoped(s, f)
+        .map(|_| ())
+        .map_err(|e| FatalError::Other(format!("cannot start thread {name}: {e}")))
+}
+
+/// Processes `inputs` with `backend` and returns what happened to every file.
+/// `cancel` stops loading new frames (in-flight frames are finished, nothing partial is left).
+pub fn run(
+    settings: &Settings,
+    inputs: &[PathBuf],
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
+    let started = Instant::now();
+    let sizing = Sizing::from_settings(settings, backend.as_ref());
+    std::fs::create_dir_all(&settings.output_dir).map_err(|source| FatalError::OutputDir {
+        path: settings.output_dir.clone(),
+        source,
+    })?;
+    let pool = SlotPool::new(sizing.slots, 0, 0, backend.allocator())
+        .map_err(|e| FatalError::Other(format!("cannot allocate the slot ring: {e}")))?;
+    let info = backend.info();
+    stats.set_backend(format!(
+        "{}{}",
+        info.name,
+        if info.transfer == "none" {
+            String::new()
+        } else {
+            format!(" ({})", info.transfer)
+        }
+    ));
+    tracing::info!(
+        backend = %info.name, devices = ?info.devices, transfer = %info.transfer, reason = %info.reason,
+        loaders = sizing.loaders, workers = sizing.workers, writers = sizing.writers, slots = sizing.slots,
+        "pipeline starting"
+    );
+
+    let mut render_workers = Vec::with_capacity(sizing.workers);
+    for i in 0..sizing.workers {
+        render_workers.push(
+            backend
+                .worker(i)
+                .map_err(|e| FatalError::Backend(format!("cannot start render worker {i}: {e}")))?,
+        );
+    }
+
+    let (scan_tx, scan_rx) = crossbeam_channel::bounded(256);
+    let (load_tx, load_rx) = crossbeam_channel::bounded(sizing.slots);
+    let (done_tx, done_rx) = crossbeam_channel::bounded(sizing.slots);
+    let (event_tx, event_rx) = crossbeam_channel::unbounded();
+
+    {
+        let (a, b, c) = (scan_rx.clone(), load_rx.clone(), done_rx.clone());
+        stats.add_gauge(
+            "scan → load",
+            Box::new(move || (a.len(), a.capacity().unwrap_or(0))),
+        );
+        stats.add_gauge(
+            "load → render",
+            Box::new(move || (b.len(), b.capacity().unwrap_or(0))),
+        );
+        stats.add_gauge(
+            "render → write",
+            Box::new(move || (c.len(), c.capacity().unwrap_or(0))),
+        );
+        let p = pool.clone();
+        stats.add_gauge(
+            "slots in flight",
+            Box::new(move || (p.count() - p.free(), p.count())),
+        );
+    }
+
+    let ctx = Context {
+        settings,
+        render: RenderOptions {
+            window: settings.window,
+            voi_function: settings.voi_function,
+        },
+        stats: stats.clone(),
+        cancel: cancel.clone(),
+        pool: pool.clone(),
+        claimed: Mutex::new(HashSet::new()),
+        tracer,
+    };
+
+    let mut collector = Collector::new(settings.fail_fast, cancel.clone(), stats.clone());
+    std::thread::scope(|s| -> Result<(), FatalError> {
+        let event_tx = event_tx;
+        let ctx = &ctx;
+        spawn_named(s, "scan".into(), {
+            let ev = event_tx.clone();
+            Box::new(move || stages::scan_stage(ctx, inputs, scan_tx, ev))
+        })?;
+        for i in 0..sizing.loaders {
+            let (rx, tx, ev) = (scan_rx.clone(), load_tx.clone(), event_tx.clone());
+            spawn_named(
+                s,
+                format!("load-{i}"),
+                Box::new(move || stages::load_stage(ctx, rx, tx, ev)),
+            )?;
+        }
+        drop((scan_rx, load_tx));
+        for (i, worker) in render_workers.into_iter().enumerate() {
+            let (rx, tx, ev) = (load_rx.clone(), done_tx.clone(), event_tx.clone());
+            spawn_named(
+                s,
+                format!("render-{i}"),
+                Box::new(move || stages::render_stage(ctx, worker, rx, tx, ev)),
+            )?;
+        }
+        drop((load_rx, done_tx));
+        for i in 0..sizing.writers {
+            let (rx, ev) = (done_rx.clone(), event_tx.clone());
+            spawn_named(
+                s,
+                format!("write-{i}"),
+                Box::new(move || stages::write_stage(ctx, rx, ev)),
+            )?;
+        }
+        drop(done_rx);
+        drop(event_tx);
+        // Every stage holds a sender clone: the loop ends when the last stage has finished.
+        for event in event_rx.iter() {
+            collector.handle(event);
+        }
+        Ok(())
+    })?;
+    stats.set_finished();
+    Ok(collector.finish(
+        info,
+        sizing,
+        started.elapsed(),
+        pool.bytes_in_use(),
+        pool.memory_kind(),
+    ))
+}

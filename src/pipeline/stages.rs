@@ -1,0 +1,418 @@
+//! The bodies of the stage threads. Each stage takes work from its input channel, records its
+//! time per slice, and either passes the slot on or reports a failure and returns the slot to
+//! the ring. Panics from third-party code are caught per file or frame and reported as that
+//! file's failure; the thread goes on.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::backend::RenderWorker;
+use crate::config::Naming;
+use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
+use crate::error::Stage;
+use crate::output::encode::{EncodeOptions, ImageEncoder};
+use crate::output::{atomic, naming};
+use crate::pipeline::events::{Event, FileMeta};
+use crate::pipeline::slot::Slot;
+use crate::pipeline::Context;
+use crate::render::plan::{plan_frame, FramePlan, Window};
+use crate::source::{self, Candidate, ScanItem};
+use crate::stats::StageId;
+
+/// One frame in flight.
+pub(crate) struct Job {
+    slot: Slot,
+    plan: FramePlan,
+    id: usize,
+    frame: u32,
+    output: PathBuf,
+    /// Trace label (empty when not tracing).
+    label: String,
+    /// First byte read for this frame (latency start).
+    started: Instant,
+    window: Option<Window>,
+    device: Option<usize>,
+}
+
+fn panic_reason(what: &str) -> String {
+    format!("internal error while {what} (caught panic; please report this file)")
+}
+
+pub(crate) fn scan_stage(
+    ctx: &Context,
+    inputs: &[PathBuf],
+    tx: Sender<ScanItem>,
+    events: Sender<Event>,
+) {
+    let rec = ctx.stats.recorder(StageId::Scan);
+    let mut last = Instant::now();
+    let exclude = Some(ctx.settings.output_dir.as_path());
+    source::scan(inputs, exclude, &ctx.cancel, |item| {
+        let now = Instant::now();
+        rec.record(now - last);
+        ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
+        let ok = match item {
+            ScanItem::Skipped { path, reason } => {
+                events.send(Event::Skipped { path, reason }).is_ok()
+            }
+            ScanItem::Error { path, reason } => events
+                .send(Event::FileFailed {
+                    id: None,
+                    path,
+                    stage: Stage::Scan,
+                    reason,
+                })
+                .is_ok(),
+            item @ ScanItem::Dicom(_) => tx.send(item).is_ok(),
+        };
+        last = Instant::now();
+        ok
+    });
+}
+
+pub(crate) fn load_stage(
+    ctx: &Context,
+    rx: Receiver<ScanItem>,
+    tx: Sender<Job>,
+    events: Sender<Event>,
+) {
+    let rec = ctx.stats.recorder(StageId::ReadDecode);
+    let mut scratch = Vec::new();
+    for item in rx {
+        if ctx.cancel.load(Ordering::Relaxed) {
+            continue; // drain: files not started are simply not processed
+        }
+        while ctx.stats.is_paused() && !ctx.cancel.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let ScanItem::Dicom(c) = item else {
+            continue; // the scan stage reports the others itself
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            load_file(ctx, &c, &tx, &events, &rec, &mut scratch)
+        }));
+        if result.is_err() {
+            scratch = Vec::new();
+            let _ = events.send(Event::FileFailed {
+                id: Some(c.id),
+                path: c.path.clone(),
+                stage: Stage::Decode,
+                reason: panic_reason("decoding"),
+            });
+        }
+    }
+}
+
+/// Output path of every frame.
+fn output_paths(ctx: &Context, c: &Candidate, info: &ImageInfo) -> Vec<PathBuf> {
+    let ext = ctx.settings.format.extension();
+    let base = match &ctx.settings.naming {
+        Naming::Mirror => naming::mirror_base(&c.rel),
+        Naming::Pattern(p) => naming::expand_pattern(p, &naming_values(c, info)),
+    };
+    (0..info.frames)
+        .map(|f| naming::frame_path(&ctx.settings.output_dir, &base, info.frames, f, ext))
+        .collect()
+}
+
+fn naming_values(c: &Candidate, info: &ImageInfo) -> std::collections::BTreeMap<String, String> {
+    let mut v = info.naming.clone();
+    let stem = naming::mirror_base(&c.rel);
+    v.insert(
+        "stem".into(),
+        stem.file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    v.insert(
+        "dir".into(),
+        c.rel
+            .parent()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    v
+}
+
+fn load_file(
+    ctx: &Context,
+    c: &Candidate,
+    tx: &Sender<Job>,
+    events: &Sender<Event>,
+    rec: &crate::stats::Recorder,
+    scratch: &mut Vec<u8>,
+) {
+    let t0 = Instant::now();
+    let limits = DecodeLimits {
+        max_frame_bytes: ctx.settings.max_frame_bytes,
+    };
+    let mut file = match ImageFile::open(&c.path, c.kind.clone(), limits) {
+        Ok(f) => f,
+        Err(DecodeError::Skip(reason)) => {
+            let _ = events.send(Event::Skipped {
+                path: c.path.clone(),
+                reason,
+            });
+            return;
+        }
+        Err(DecodeError::Fail(reason)) => {
+            let _ = events.send(Event::FileFailed {
+                id: Some(c.id),
+                path: c.path.clone(),
+                stage: Stage::Decode,
+                reason,
+            });
+            return;
+        }
+    };
+    let info = file.info.clone();
+    let outputs = output_paths(ctx, c, &info);
+    let _ = events.send(Event::FileStarted {
+        id: c.id,
+        path: c.path.clone(),
+        meta: FileMeta {
+            frames: info.frames,
+            rows: info.rows,
+            cols: info.cols,
+            transfer_syntax: info.transfer_syntax.clone(),
+            photometric: info.photometric.as_str().to_string(),
+            series_uid: info.series_uid.clone(),
+            instance_number: info.instance_number,
+            image_position: info.image_position,
+            direct_read: file.is_direct(),
+        },
+    });
+    let frame_bytes = info.frame_bytes() as usize;
+    for (f, output) in outputs.into_iter().enumerate() {
+        let frame = f as u32;
+        if ctx.cancel.load(Ordering::Relaxed) {
+            let _ = events.send(Event::FrameCancelled { id: c.id, frame });
+            continue;
+        }
+        let fail = |stage: Stage, reason: String| {
+            let _ = events.send(Event::FrameFailed {
+                id: c.id,
+                frame,
+                stage,
+                reason,
+            });
+        };
+        if let Some(other) = claim(ctx, &output) {
+            fail(
+                Stage::Write,
+                format!(
+                    "output {} is also the output of {}",
+                    output.display(),
+                    other.display()
+                ),
+            );
+            continue;
+        }
+        if ctx.settings.skip_existing && output.exists() {
+            let _ = events.send(Event::FrameExisting {
+                id: c.id,
+                frame,
+                output,
+            });
+            continue;
+        }
+        let plan = match plan_frame(&info, frame, &ctx.render) {
+            Ok(p) => p,
+            Err(reason) => {
+                fail(Stage::Render, reason);
+                continue;
+            }
+        };
+        let Some(mut slot) = ctx.pool.take() else {
+            fail(Stage::Decode, "slot ring closed".into());
+            return;
+        };
+        if let Err(e) = slot.reserve(frame_bytes, plan.output_bytes()) {
+            ctx.pool.give_back(slot);
+            fail(
+                Stage::Decode,
+                format!("cannot size a slot for this frame: {e}"),
+            );
+            continue;
+        }
+        let t_read = Instant::now();
+        let started = if f == 0 { t0 } else { t_read };
+        if let Err(reason) = file.read_frame(frame, slot.input.bytes_mut(frame_bytes), scratch) {
+            ctx.pool.give_back(slot);
+            fail(Stage::Decode, reason);
+            continue;
+        }
+        let end = Instant::now();
+        rec.record(end - started);
+        ctx.stats
+            .totals
+            .bytes_in
+            .fetch_add(frame_bytes as u64, Ordering::Relaxed);
+        let label = match &ctx.tracer {
+            Some(t) => {
+                let label = format!("{}#{}", c.rel.display(), frame + 1);
+                t.span(StageId::ReadDecode, &label, started, end);
+                label
+            }
+            None => String::new(),
+        };
+        let job = Job {
+            slot,
+            plan,
+            id: c.id,
+            frame,
+            output,
+            label,
+            started,
+            window: None,
+            device: None,
+        };
+        if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
+            ctx.pool.give_back(job.slot);
+            return;
+        }
+    }
+}
+
+/// Claims an output path for this run; returns the input that already claimed it.
+fn claim(ctx: &Context, output: &Path) -> Option<PathBuf> {
+    let mut claimed = ctx.claimed.lock().ok()?;
+    if claimed.contains(output) {
+        Some(output.to_path_buf())
+    } else {
+        claimed.insert(output.to_path_buf());
+        None
+    }
+}
+
+pub(crate) fn render_stage(
+    ctx: &Context,
+    mut worker: Box<dyn RenderWorker>,
+    rx: Receiver<Job>,
+    tx: Sender<Job>,
+    events: Sender<Event>,
+) {
+    let rec_in = ctx.stats.recorder(StageId::TransferIn);
+    let rec_compute = ctx.stats.recorder(StageId::Compute);
+    let rec_out = ctx.stats.recorder(StageId::TransferOut);
+    for mut job in rx {
+        let start = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| worker.render(&job.plan, &mut job.slot)));
+        let reason = match result {
+            Ok(Ok(outcome)) => {
+                let t = outcome.timings;
+                if !t.transfer_in.is_zero() {
+                    rec_in.record(t.transfer_in);
+                }
+                rec_compute.record(t.compute);
+                if !t.transfer_out.is_zero() {
+                    rec_out.record(t.transfer_out);
+                }
+                if let Some(tr) = &ctx.tracer {
+                    tr.span(StageId::Compute, &job.label, start, Instant::now());
+                }
+                job.window = outcome.window;
+                job.device = outcome.device;
+                if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
+                    ctx.pool.give_back(job.slot);
+                }
+                continue;
+            }
+            Ok(Err(reason)) => reason,
+            Err(_) => panic_reason("rendering"),
+        };
+        let _ = events.send(Event::FrameFailed {
+            id: job.id,
+            frame: job.frame,
+            stage: Stage::Render,
+            reason,
+        });
+        ctx.pool.give_back(job.slot);
+    }
+}
+
+pub(crate) fn write_stage(ctx: &Context, rx: Receiver<Job>, events: Sender<Event>) {
+    let s = ctx.settings;
+    let mut encoder = ImageEncoder::new(EncodeOptions {
+        format: s.format,
+        png_compression: s.png_compression,
+        png_filter: s.png_filter,
+        jpeg_quality: s.jpeg_quality,
+    });
+    let rec_encode = ctx.stats.recorder(StageId::Encode);
+    let rec_write = ctx.stats.recorder(StageId::Write);
+    let rec_latency = ctx.stats.latency_recorder();
+    for job in rx {
+        let Job {
+            slot,
+            plan,
+            id,
+            frame,
+            output,
+            label,
+            started,
+            window,
+            device,
+        } = job;
+        let t0 = Instant::now();
+        let pixels = slot.output.bytes(plan.output_bytes());
+        let encoded = catch_unwind(AssertUnwindSafe(|| {
+            encoder
+                .encode(plan.cols, plan.rows, plan.channels(), pixels)
+                .map(|b| b.len())
+        }));
+        // The pixels are in the encoder's buffer now: the slot can take the next frame.
+        ctx.pool.give_back(slot);
+        let fail = |stage: Stage, reason: String| {
+            let _ = events.send(Event::FrameFailed {
+                id,
+                frame,
+                stage,
+                reason,
+            });
+        };
+        match encoded {
+            Ok(Ok(_)) => {}
+            Ok(Err(reason)) => {
+                fail(Stage::Encode, reason);
+                continue;
+            }
+            Err(_) => {
+                encoder = ImageEncoder::new(EncodeOptions {
+                    format: s.format,
+                    png_compression: s.png_compression,
+                    png_filter: s.png_filter,
+                    jpeg_quality: s.jpeg_quality,
+                });
+                fail(Stage::Encode, panic_reason("encoding"));
+                continue;
+            }
+        }
+        let t1 = Instant::now();
+        rec_encode.record(t1 - t0);
+        let bytes = encoder.last();
+        if let Err(e) = atomic::write_atomic(&output, bytes) {
+            fail(Stage::Write, format!("{}: {e}", output.display()));
+            continue;
+        }
+        let t2 = Instant::now();
+        rec_write.record(t2 - t1);
+        rec_latency.record(t2 - started);
+        if let Some(tr) = &ctx.tracer {
+            tr.span(StageId::Encode, &label, t0, t1);
+            tr.span(StageId::Write, &label, t1, t2);
+        }
+        let _ = events.send(Event::FrameDone {
+            id,
+            frame,
+            output,
+            bytes: bytes.len() as u64,
+            window,
+            device,
+        });
+    }
+}

@@ -1,0 +1,367 @@
+//! The render chain as data: for one frame, what to compute (stored-value layout, Modality
+//! transform, VOI, polarity, or colour model). Built from the header and the user's settings;
+//! executed by a backend (CPU reference or CUDA), which must produce identical bytes.
+
+use std::sync::Arc;
+
+use crate::decode::info::{ImageInfo, Photometric};
+use crate::render::lut::Lut;
+use crate::render::spec::{VoiFunction, WindowSpec};
+
+/// How stored values sit in their container (PS3.5 8.1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct StoredFormat {
+    pub bits_allocated: u16,
+    pub bits_stored: u16,
+    pub high_bit: u16,
+    pub signed: bool,
+}
+
+impl StoredFormat {
+    /// Extracts the stored value from a raw container value: shift so that `high_bit` becomes
+    /// bit `bits_stored - 1`, mask to `bits_stored` bits, sign-extend when signed.
+    #[inline]
+    pub fn value(&self, raw: u32) -> i32 {
+        let shift = self.high_bit + 1 - self.bits_stored;
+        let bits = self.bits_stored as u32;
+        let v = if bits >= 32 {
+            raw >> shift
+        } else {
+            (raw >> shift) & ((1u32 << bits) - 1)
+        };
+        if self.signed && bits < 32 && (v >> (bits - 1)) & 1 == 1 {
+            (v | !((1u32 << bits) - 1)) as i32
+        } else {
+            v as i32
+        }
+    }
+
+    /// Smallest and largest stored value representable.
+    pub fn range(&self) -> (i64, i64) {
+        let bits = self.bits_stored as u32;
+        if self.signed {
+            (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1)
+        } else {
+            (0, (1i64 << bits) - 1)
+        }
+    }
+
+    /// Bytes per sample in the container.
+    pub fn bytes(&self) -> usize {
+        self.bits_allocated as usize / 8
+    }
+}
+
+/// Modality transform (PS3.3 C.11.1).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Modality {
+    Identity,
+    Rescale { slope: f64, intercept: f64 },
+    Lut(Arc<Lut>),
+}
+
+/// A VOI window with its function, resolved to numbers.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Window {
+    pub center: f64,
+    pub width: f64,
+    pub function: VoiFunction,
+}
+
+/// Windows computed from the frame's own values (DCMTK `+Wm`, `+Wn`, `+Wh`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub enum AutoWindow {
+    MinMax,
+    MinMaxNoExtremes,
+    Histogram { percent: f64 },
+}
+
+/// VOI transform (PS3.3 C.11.2).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Voi {
+    Window(Window),
+    Lut(Arc<Lut>),
+    /// Computed from the frame's data by the backend, then applied with `function`.
+    Auto(AutoWindow, VoiFunction),
+    /// No VOI: the modality value range is scaled linearly to 8 bits.
+    None,
+}
+
+/// The grayscale chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrayPlan {
+    pub stored: StoredFormat,
+    pub modality: Modality,
+    pub voi: Voi,
+    /// MONOCHROME1 (or an INVERSE presentation LUT shape): black and white swapped inside
+    /// the VOI formulas (as DCMTK does), not `255 - x` afterwards.
+    pub invert: bool,
+    /// Pixels per frame (DCMTK's internal table rule depends on it, see chain.rs).
+    pub pixels: u64,
+}
+
+/// Colour models converted to 8-bit RGB.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColorModel {
+    Rgb,
+    YbrFull,
+    YbrFull422,
+    YbrPartial422,
+    Palette(Arc<[Lut; 3]>),
+}
+
+/// The colour chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColorPlan {
+    pub stored: StoredFormat,
+    pub model: ColorModel,
+    /// Planar configuration 1 (RR..GG..BB..) in the slot.
+    pub planar: bool,
+    /// Native YBR_*_422 data: a Y1 Y2 Cb Cr stream per pixel pair (2 samples per pixel).
+    pub subsampled: bool,
+}
+
+/// Grayscale or colour.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chain {
+    Gray(GrayPlan),
+    Color(ColorPlan),
+}
+
+/// Everything a backend needs to turn one frame's stored values into 8-bit output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FramePlan {
+    pub rows: u32,
+    pub cols: u32,
+    pub chain: Chain,
+}
+
+impl FramePlan {
+    /// Number of pixels.
+    pub fn pixels(&self) -> usize {
+        self.rows as usize * self.cols as usize
+    }
+
+    /// Output channels (1 gray, 3 RGB).
+    pub fn channels(&self) -> usize {
+        match self.chain {
+            Chain::Gray(_) => 1,
+            Chain::Color(_) => 3,
+        }
+    }
+
+    /// Input bytes the plan reads from the slot.
+    pub fn input_bytes(&self) -> usize {
+        match &self.chain {
+            Chain::Gray(g) => self.pixels() * g.stored.bytes(),
+            Chain::Color(c) => {
+                crate::render::color::input_samples(c, self.pixels()) * c.stored.bytes()
+            }
+        }
+    }
+
+    /// Output bytes the plan writes.
+    pub fn output_bytes(&self) -> usize {
+        self.pixels() * self.channels()
+    }
+}
+
+/// The render choices of a run (from the settings).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RenderOptions {
+    pub window: WindowSpec,
+    pub voi_function: Option<VoiFunction>,
+}
+
+/// Parses the VOILUTFunction attribute; unknown values fall back to LINEAR as DCMTK does.
+fn file_function(attr: Option<&str>) -> VoiFunction {
+    match attr.map(str::trim) {
+        Some("LINEAR_EXACT") => VoiFunction::LinearExact,
+        Some("SIGMOID") => VoiFunction::Sigmoid,
+        _ => VoiFunction::Linear,
+    }
+}
+
+/// Builds the plan for frame `frame` of an image.
+pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<FramePlan, String> {
+    let stored = StoredFormat {
+        bits_allocated: info.bits_allocated,
+        bits_stored: info.bits_stored,
+        high_bit: info.high_bit,
+        signed: info.signed,
+    };
+    let chain = if info.photometric.is_gray() {
+        Chain::Gray(gray_plan(info, frame, stored, opts)?)
+    } else {
+        if info.bits_allocated == 32 {
+            return Err("32-bit colour images are not supported".into());
+        }
+        let model = match info.photometric {
+            Photometric::Rgb => ColorModel::Rgb,
+            Photometric::YbrFull => ColorModel::YbrFull,
+            Photometric::YbrFull422 => ColorModel::YbrFull422,
+            Photometric::YbrPartial422 => ColorModel::YbrPartial422,
+            Photometric::PaletteColor => ColorModel::Palette(
+                info.palette
+                    .clone()
+                    .ok_or("PALETTE COLOR without lookup tables")?,
+            ),
+            Photometric::YbrIct | Photometric::YbrRct => {
+                return Err(format!(
+                    "{} outside JPEG 2000 pixel data is not supported",
+                    info.photometric.as_str()
+                ))
+            }
+            Photometric::Monochrome1 | Photometric::Monochrome2 => {
+                return Err("internal: grayscale image planned as colour".into())
+            }
+        };
+        Chain::Color(ColorPlan {
+            stored,
+            model,
+            planar: info.planar_configuration == 1 && info.samples_per_pixel == 3,
+            subsampled: info.subsampled_422,
+        })
+    };
+    Ok(FramePlan {
+        rows: info.rows,
+        cols: info.cols,
+        chain,
+    })
+}
+
+/// SOP classes without a Modality transform (X-Ray Angiography and Radiofluoroscopy).
+const NO_MODALITY_SOP_CLASSES: [&str; 3] = [
+    "1.2.840.10008.5.1.4.1.1.12.1",
+    "1.2.840.10008.5.1.4.1.1.12.2",
+    "1.2.840.10008.5.1.4.1.1.12.3",
+];
+
+fn gray_plan(
+    info: &ImageInfo,
+    frame: u32,
+    stored: StoredFormat,
+    opts: &RenderOptions,
+) -> Result<GrayPlan, String> {
+    let attrs = info.frame_attrs(frame);
+    let no_modality = info
+        .sop_class
+        .as_deref()
+        .is_some_and(|s| NO_MODALITY_SOP_CLASSES.contains(&s));
+    // A Modality LUT wins over rescale; a zero slope is ignored (DCMTK's rules).
+    let modality = if no_modality {
+        Modality::Identity
+    } else if let Some(lut) = &info.modality_lut {
+        Modality::Lut(lut.clone())
+    } else {
+        match attrs.rescale {
+            Some(r) if r.slope != 0.0 && !(r.slope == 1.0 && r.intercept == 0.0) => {
+                Modality::Rescale {
+                    slope: r.slope,
+                    intercept: r.intercept,
+                }
+            }
+            _ => Modality::Identity,
+        }
+    };
+    let function = opts
+        .voi_function
+        .unwrap_or_else(|| file_function(attrs.voi_function.as_deref()));
+    let window_at = |index: usize| -> Option<Voi> {
+        attrs.windows.get(index - 1).map(|w| {
+            if w.width >= 1.0 {
+                Voi::Window(Window {
+                    center: w.center,
+                    width: w.width,
+                    function,
+                })
+            } else {
+                // A width below 1 is invalid (PS3.3 C.11.2.1.2): no VOI, as DCMTK renders it.
+                tracing::warn!(index, width = w.width, "window width below 1 ignored");
+                Voi::None
+            }
+        })
+    };
+    let voi = match opts.window {
+        WindowSpec::Default => match window_at(1) {
+            Some(v @ Voi::Window(_)) => v,
+            _ => Voi::Auto(AutoWindow::MinMax, function),
+        },
+        WindowSpec::File { index } => window_at(index).ok_or_else(|| {
+            format!(
+                "window {index} requested, the file has {} window(s)",
+                attrs.windows.len()
+            )
+        })?,
+        WindowSpec::Explicit { center, width } => Voi::Window(Window {
+            center,
+            width,
+            function,
+        }),
+        WindowSpec::MinMax => Voi::Auto(AutoWindow::MinMax, function),
+        WindowSpec::MinMaxNoExtremes => Voi::Auto(AutoWindow::MinMaxNoExtremes, function),
+        WindowSpec::Histogram { percent } => Voi::Auto(AutoWindow::Histogram { percent }, function),
+        WindowSpec::VoiLut { index } => match info.voi_luts.get(index - 1) {
+            Some(lut) => Voi::Lut(lut.clone()),
+            None => {
+                return Err(format!(
+                    "VOI LUT {index} requested, the file has {}",
+                    info.voi_luts.len()
+                ))
+            }
+        },
+        WindowSpec::None => Voi::None,
+    };
+    let invert = match info.presentation_lut_shape.as_deref() {
+        Some("INVERSE") => true,
+        Some("IDENTITY") => false,
+        _ => info.photometric == Photometric::Monochrome1,
+    };
+    Ok(GrayPlan {
+        stored,
+        modality,
+        voi,
+        invert,
+        pixels: info.rows as u64 * info.cols as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fmt(bits_allocated: u16, bits_stored: u16, high_bit: u16, signed: bool) -> StoredFormat {
+        StoredFormat {
+            bits_allocated,
+            bits_stored,
+            high_bit,
+            signed,
+        }
+    }
+
+    #[test]
+    fn stored_value_masks_and_sign_extends() {
+        let f = fmt(16, 12, 11, true);
+        assert_eq!(f.value(0x0fff), -1);
+        assert_eq!(f.value(0xf7ff), 2047);
+        assert_eq!(f.value(0x0800), -2048);
+        let u = fmt(16, 12, 11, false);
+        assert_eq!(u.value(0xffff), 4095);
+    }
+
+    #[test]
+    fn stored_value_honours_high_bit_above_bits_stored() {
+        // 12 bits stored in bits 15..4.
+        let f = fmt(16, 12, 15, false);
+        assert_eq!(f.value(0xfff0), 4095);
+        assert_eq!(f.value(0x000f), 0);
+        let s = fmt(16, 12, 15, true);
+        assert_eq!(s.value(0x8000), -2048);
+    }
+
+    #[test]
+    fn range_matches_bits() {
+        assert_eq!(fmt(16, 12, 11, true).range(), (-2048, 2047));
+        assert_eq!(fmt(8, 8, 7, false).range(), (0, 255));
+    }
+}

@@ -1,0 +1,143 @@
+//! Finding inputs: walk files and folders (recursively, in name order), tell DICOM from other
+//! files by their first bytes, and keep each file's path relative to the folder it was found
+//! under (for mirrored output names).
+
+pub mod series;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::decode::probe::{probe, Probe};
+
+/// One file found by the scan.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Sequence number in scan order.
+    pub id: usize,
+    pub path: PathBuf,
+    /// Path relative to the input folder it was found under; the file name alone when the
+    /// file was given directly.
+    pub rel: PathBuf,
+    /// What its first bytes say.
+    pub kind: Probe,
+}
+
+/// What the scan emits.
+#[derive(Debug)]
+pub enum ScanItem {
+    /// A file that looks like DICOM (or a bare data set).
+    Dicom(Candidate),
+    /// A file that is not DICOM: listed, not counted as a failure.
+    Skipped { path: PathBuf, reason: String },
+    /// A path that could not be read at all (missing input, permission, ...).
+    Error { path: PathBuf, reason: String },
+}
+
+/// Walks `inputs`, handing what it finds to `emit` (which returns false to stop) until done
+/// or `cancel` is set. Paths under `exclude` (the output directory) are not visited. Returns
+/// the number of files seen.
+pub fn scan(
+    inputs: &[PathBuf],
+    exclude: Option<&Path>,
+    cancel: &AtomicBool,
+    mut emit: impl FnMut(ScanItem) -> bool,
+) -> usize {
+    let exclude = exclude.and_then(|p| p.canonicalize().ok());
+    let mut next_id = 0usize;
+    let mut seen = 0usize;
+    for input in inputs {
+        if cancel.load(Ordering::Relaxed) {
+            break;
+        }
+        let meta = match std::fs::metadata(input) {
+            Ok(m) => m,
+            Err(e) => {
+                if !emit(ScanItem::Error {
+                    path: input.clone(),
+                    reason: format!("cannot read input: {e}"),
+                }) {
+                    return seen;
+                }
+                continue;
+            }
+        };
+        if meta.is_dir() {
+            let mut stack = vec![input.clone()];
+            while let Some(dir) = stack.pop() {
+                if cancel.load(Ordering::Relaxed) {
+                    return seen;
+                }
+                if let (Some(ex), Ok(c)) = (&exclude, dir.canonicalize()) {
+                    if &c == ex {
+                        continue;
+                    }
+                }
+                let mut entries: Vec<_> = match std::fs::read_dir(&dir) {
+                    Ok(rd) => rd.filter_map(|e| e.ok()).collect(),
+                    Err(e) => {
+                        if !emit(ScanItem::Error {
+                            path: dir.clone(),
+                            reason: format!("cannot list folder: {e}"),
+                        }) {
+                            return seen;
+                        }
+                        continue;
+                    }
+                };
+                entries.sort_by_key(|e| e.file_name());
+                let mut subdirs = Vec::new();
+                for entry in entries {
+                    let path = entry.path();
+                    // Directories are followed only when they are real (no symlink loops).
+                    let ft = match entry.file_type() {
+                        Ok(ft) => ft,
+                        Err(_) => continue,
+                    };
+                    if ft.is_dir() {
+                        subdirs.push(path);
+                        continue;
+                    }
+                    let is_file = ft.is_file() || (ft.is_symlink() && path.is_file());
+                    if !is_file {
+                        continue;
+                    }
+                    seen += 1;
+                    let rel = path.strip_prefix(input).unwrap_or(&path).to_path_buf();
+                    if !emit(classify(&mut next_id, path, rel)) {
+                        return seen;
+                    }
+                }
+                // Reverse so that the stack pops them in name order.
+                stack.extend(subdirs.into_iter().rev());
+            }
+        } else {
+            seen += 1;
+            let rel = PathBuf::from(input.file_name().unwrap_or(input.as_os_str()));
+            if !emit(classify(&mut next_id, input.clone(), rel)) {
+                return seen;
+            }
+        }
+    }
+    seen
+}
+
+/// Probes one file.
+fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
+    match probe(&path) {
+        Ok(Probe::NotDicom(reason)) => ScanItem::Skipped { path, reason },
+        Ok(kind) => {
+            let id = *next_id;
+            *next_id += 1;
+            ScanItem::Dicom(Candidate {
+                id,
+                path,
+                rel,
+                kind,
+            })
+        }
+        Err(e) => ScanItem::Error {
+            path,
+            reason: format!("cannot open: {e}"),
+        },
+    }
+}

@@ -1,0 +1,485 @@
+//! Run statistics: the single source of truth read by the dashboard, the progress line, the
+//! summary and the report. Stages record per-slice times into per-thread HDR histograms (an
+//! uncontended lock each, so the hot path never waits on another thread) and bump atomic
+//! counters; readers merge the histograms into a [`Snapshot`] at their own tick.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+/// The stages of a slice's life, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StageId {
+    Scan,
+    ReadDecode,
+    TransferIn,
+    Compute,
+    TransferOut,
+    Encode,
+    Write,
+}
+
+impl StageId {
+    /// All stages in pipeline order.
+    pub const ALL: [StageId; 7] = [
+        StageId::Scan,
+        StageId::ReadDecode,
+        StageId::TransferIn,
+        StageId::Compute,
+        StageId::TransferOut,
+        StageId::Encode,
+        StageId::Write,
+    ];
+
+    /// Display name.
+    pub fn name(self) -> &'static str {
+        match self {
+            StageId::Scan => "scan",
+            StageId::ReadDecode => "read+decode",
+            StageId::TransferIn => "transfer in",
+            StageId::Compute => "compute",
+            StageId::TransferOut => "transfer out",
+            StageId::Encode => "encode",
+            StageId::Write => "write",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // Microseconds from 1 µs to one hour, 2 significant digits: a few KiB per histogram.
+    Histogram::new_with_bounds(1, 3_600_000_000, 2).unwrap_or_else(|_| {
+        Histogram::new(2).unwrap_or_else(|_| unreachable!("2 significant digits is valid"))
+    })
+}
+
+/// A histogram owned by one thread, merged by readers.
+#[derive(Clone)]
+pub struct Recorder {
+    hist: Arc<Mutex<Histogram<u64>>>,
+    counters: Arc<StageCounters>,
+}
+
+impl Recorder {
+    /// Records one slice that took `d` in this stage.
+    #[inline]
+    pub fn record(&self, d: Duration) {
+        let us = d.as_micros().max(1) as u64;
+        if let Ok(mut h) = self.hist.lock() {
+            h.saturating_record(us);
+        }
+        self.counters.count.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .busy_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+#[derive(Default)]
+struct StageCounters {
+    count: AtomicU64,
+    busy_ns: AtomicU64,
+    workers: AtomicU64,
+}
+
+#[derive(Default)]
+struct StageSlot {
+    counters: Arc<StageCounters>,
+    recorders: Mutex<Vec<Arc<Mutex<Histogram<u64>>>>>,
+}
+
+/// A gauge sampled at each tick (queue length, free slots): returns (current, capacity).
+pub type Gauge = Box<dyn Fn() -> (usize, usize) + Send + Sync>;
+
+/// One recent error, for the dashboard.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ErrorEntry {
+    pub path: PathBuf,
+    pub stage: String,
+    pub reason: String,
+}
+
+/// GPU figures published by the CUDA backend.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct GpuFigures {
+    pub devices: Vec<String>,
+    pub strategy: String,
+    /// Per device: (reserved current, used current, reserved high, used high) in bytes.
+    pub pools: Vec<[u64; 4]>,
+    /// Pinned host memory held by slots, bytes.
+    pub pinned_bytes: u64,
+    /// Frames rendered per device.
+    pub frames_per_device: Vec<u64>,
+}
+
+/// Counters of the run as a whole.
+#[derive(Default)]
+pub struct Totals {
+    pub files_found: AtomicU64,
+    pub files_skipped: AtomicU64,
+    pub files_failed: AtomicU64,
+    pub frames_planned: AtomicU64,
+    pub frames_done: AtomicU64,
+    pub frames_failed: AtomicU64,
+    pub frames_existing: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+}
+
+/// Everything the stages publish.
+pub struct Stats {
+    start: Instant,
+    stages: [StageSlot; 7],
+    latency: StageSlot,
+    pub totals: Totals,
+    gauges: Mutex<Vec<(String, Gauge)>>,
+    errors: Mutex<(u64, VecDeque<ErrorEntry>)>,
+    backend: Mutex<String>,
+    gpu: Mutex<Option<GpuFigures>>,
+    paused: std::sync::atomic::AtomicBool,
+    finished: std::sync::atomic::AtomicBool,
+}
+
+/// Errors kept for display.
+const RECENT_ERRORS: usize = 50;
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            start: Instant::now(),
+            stages: Default::default(),
+            latency: StageSlot::default(),
+            totals: Totals::default(),
+            gauges: Mutex::new(Vec::new()),
+            errors: Mutex::new((0, VecDeque::new())),
+            backend: Mutex::new(String::new()),
+            gpu: Mutex::new(None),
+            paused: Default::default(),
+            finished: Default::default(),
+        }
+    }
+}
+
+impl Stats {
+    /// A fresh set of statistics; the clock starts now.
+    pub fn new() -> Arc<Stats> {
+        Arc::new(Stats::default())
+    }
+
+    /// A recorder for `stage`, owned by the calling thread.
+    pub fn recorder(&self, stage: StageId) -> Recorder {
+        Self::recorder_of(&self.stages[stage.index()])
+    }
+
+    /// A recorder of end-to-end slice latency (first byte read → output renamed).
+    pub fn latency_recorder(&self) -> Recorder {
+        Self::recorder_of(&self.latency)
+    }
+
+    fn recorder_of(slot: &StageSlot) -> Recorder {
+        let hist = Arc::new(Mutex::new(new_histogram()));
+        if let Ok(mut v) = slot.recorders.lock() {
+            v.push(hist.clone());
+        }
+        slot.counters.workers.fetch_add(1, Ordering::Relaxed);
+        Recorder {
+            hist,
+            counters: slot.counters.clone(),
+        }
+    }
+
+    /// Registers a gauge sampled at each snapshot.
+    pub fn add_gauge(&self, name: impl Into<String>, gauge: Gauge) {
+        if let Ok(mut g) = self.gauges.lock() {
+            g.push((name.into(), gauge));
+        }
+    }
+
+    /// Records an error for display (the report keeps all of them separately).
+    pub fn push_error(&self, e: ErrorEntry) {
+        if let Ok(mut g) = self.errors.lock() {
+            g.0 += 1;
+            if g.1.len() == RECENT_ERRORS {
+                g.1.pop_front();
+            }
+            g.1.push_back(e);
+        }
+    }
+
+    /// Sets the backend line ("cpu", "cuda: 2× NVIDIA H200, zero-copy").
+    pub fn set_backend(&self, text: impl Into<String>) {
+        if let Ok(mut b) = self.backend.lock() {
+            *b = text.into();
+        }
+    }
+
+    /// Publishes GPU figures.
+    pub fn set_gpu(&self, g: GpuFigures) {
+        if let Ok(mut x) = self.gpu.lock() {
+            *x = Some(g);
+        }
+    }
+
+    /// Pauses or resumes loading (dashboard key `p`).
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Relaxed);
+    }
+
+    /// Whether loading is paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Marks the run as finished (readers stop ticking).
+    pub fn set_finished(&self) {
+        self.finished.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the run is finished.
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Relaxed)
+    }
+
+    /// Time since the run started.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// Merges everything into a consistent-enough view for display and reports.
+    pub fn snapshot(&self) -> Snapshot {
+        let elapsed = self.elapsed();
+        let stages = StageId::ALL
+            .iter()
+            .map(|&id| {
+                let slot = &self.stages[id.index()];
+                StageSnapshot::from_slot(id.name().to_string(), slot, elapsed)
+            })
+            .collect();
+        let latency = StageSnapshot::from_slot("latency".into(), &self.latency, elapsed);
+        let gauges = self
+            .gauges
+            .lock()
+            .map(|g| {
+                g.iter()
+                    .map(|(n, f)| {
+                        let (cur, cap) = f();
+                        GaugeSnapshot {
+                            name: n.clone(),
+                            current: cur,
+                            capacity: cap,
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (error_count, recent_errors) = self
+            .errors
+            .lock()
+            .map(|e| (e.0, e.1.iter().cloned().collect()))
+            .unwrap_or_default();
+        let t = &self.totals;
+        Snapshot {
+            elapsed,
+            stages,
+            latency,
+            gauges,
+            error_count,
+            recent_errors,
+            backend: self.backend.lock().map(|b| b.clone()).unwrap_or_default(),
+            gpu: self.gpu.lock().ok().and_then(|g| g.clone()),
+            files_found: t.files_found.load(Ordering::Relaxed),
+            files_skipped: t.files_skipped.load(Ordering::Relaxed),
+            files_failed: t.files_failed.load(Ordering::Relaxed),
+            frames_planned: t.frames_planned.load(Ordering::Relaxed),
+            frames_done: t.frames_done.load(Ordering::Relaxed),
+            frames_failed: t.frames_failed.load(Ordering::Relaxed),
+            frames_existing: t.frames_existing.load(Ordering::Relaxed),
+            bytes_in: t.bytes_in.load(Ordering::Relaxed),
+            bytes_out: t.bytes_out.load(Ordering::Relaxed),
+            paused: self.is_paused(),
+            finished: self.is_finished(),
+        }
+    }
+}
+
+/// One stage, merged.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct StageSnapshot {
+    pub name: String,
+    /// Slices through this stage.
+    pub count: u64,
+    /// Threads recording this stage.
+    pub workers: u64,
+    /// Summed time spent in the stage (all threads), seconds.
+    pub busy_s: f64,
+    /// busy / (elapsed × workers), 0..=1.
+    pub busy_fraction: f64,
+    /// Slices per second over the run so far.
+    pub throughput: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub mean_ms: f64,
+}
+
+impl StageSnapshot {
+    fn from_slot(name: String, slot: &StageSlot, elapsed: Duration) -> Self {
+        let mut merged = new_histogram();
+        if let Ok(recs) = slot.recorders.lock() {
+            for r in recs.iter() {
+                if let Ok(h) = r.lock() {
+                    let _ = merged.add(&*h);
+                }
+            }
+        }
+        let count = slot.counters.count.load(Ordering::Relaxed);
+        let workers = slot.counters.workers.load(Ordering::Relaxed);
+        let busy_s = slot.counters.busy_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let ms = |us: u64| us as f64 / 1000.0;
+        let empty = merged.is_empty();
+        StageSnapshot {
+            name,
+            count,
+            workers,
+            busy_s,
+            busy_fraction: if workers > 0 {
+                (busy_s / (secs * workers as f64)).min(1.0)
+            } else {
+                0.0
+            },
+            throughput: count as f64 / secs,
+            p50_ms: if empty {
+                0.0
+            } else {
+                ms(merged.value_at_quantile(0.50))
+            },
+            p95_ms: if empty {
+                0.0
+            } else {
+                ms(merged.value_at_quantile(0.95))
+            },
+            p99_ms: if empty {
+                0.0
+            } else {
+                ms(merged.value_at_quantile(0.99))
+            },
+            max_ms: if empty { 0.0 } else { ms(merged.max()) },
+            mean_ms: if empty { 0.0 } else { merged.mean() / 1000.0 },
+        }
+    }
+}
+
+/// A sampled gauge.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GaugeSnapshot {
+    pub name: String,
+    pub current: usize,
+    pub capacity: usize,
+}
+
+/// Everything a reader needs, at one instant.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Snapshot {
+    #[serde(serialize_with = "ser_secs")]
+    pub elapsed: Duration,
+    pub stages: Vec<StageSnapshot>,
+    pub latency: StageSnapshot,
+    pub gauges: Vec<GaugeSnapshot>,
+    pub error_count: u64,
+    pub recent_errors: Vec<ErrorEntry>,
+    pub backend: String,
+    pub gpu: Option<GpuFigures>,
+    pub files_found: u64,
+    pub files_skipped: u64,
+    pub files_failed: u64,
+    pub frames_planned: u64,
+    pub frames_done: u64,
+    pub frames_failed: u64,
+    pub frames_existing: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub paused: bool,
+    pub finished: bool,
+}
+
+fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+impl Snapshot {
+    /// The stage with the highest busy fraction among those that processed slices.
+    pub fn bottleneck(&self) -> Option<&StageSnapshot> {
+        self.stages
+            .iter()
+            .filter(|s| s.count > 0 && s.name != "scan")
+            .max_by(|a, b| a.busy_fraction.total_cmp(&b.busy_fraction))
+    }
+
+    /// Frames finished (written, failed or already present) out of those planned.
+    pub fn frames_finished(&self) -> u64 {
+        self.frames_done + self.frames_failed + self.frames_existing
+    }
+
+    /// Output frames per second so far.
+    pub fn throughput(&self) -> f64 {
+        self.frames_done as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorders_merge_into_percentiles_and_counts() {
+        let stats = Stats::new();
+        let a = stats.recorder(StageId::Encode);
+        let b = stats.recorder(StageId::Encode);
+        for i in 1..=100u64 {
+            a.record(Duration::from_micros(i * 10));
+            b.record(Duration::from_micros(i * 10));
+        }
+        let s = stats.snapshot();
+        let enc = &s.stages[StageId::Encode as usize];
+        assert_eq!(enc.count, 200);
+        assert_eq!(enc.workers, 2);
+        assert!((enc.p50_ms - 0.5).abs() < 0.02, "{}", enc.p50_ms);
+        assert!((enc.max_ms - 1.0).abs() < 0.02, "{}", enc.max_ms);
+        assert_eq!(s.bottleneck().map(|b| b.name.as_str()), Some("encode"));
+    }
+
+    #[test]
+    fn errors_keep_the_most_recent_and_count_all() {
+        let stats = Stats::new();
+        for i in 0..60 {
+            stats.push_error(ErrorEntry {
+                path: format!("f{i}").into(),
+                stage: "decode".into(),
+                reason: "bad".into(),
+            });
+        }
+        let s = stats.snapshot();
+        assert_eq!(s.error_count, 60);
+        assert_eq!(s.recent_errors.len(), RECENT_ERRORS);
+        assert_eq!(s.recent_errors.last().unwrap().path, PathBuf::from("f59"));
+    }
+
+    #[test]
+    fn gauges_are_sampled() {
+        let stats = Stats::new();
+        stats.add_gauge("slots", Box::new(|| (3, 8)));
+        let s = stats.snapshot();
+        assert_eq!(s.gauges[0].current, 3);
+        assert_eq!(s.gauges[0].capacity, 8);
+    }
+}
