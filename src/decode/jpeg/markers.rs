@@ -1,0 +1,294 @@
+//! Marker-segment parsing with the acceptance rules of IJG 6b's `jdmarker.c`.
+//!
+//! Mirroring IJG matters because DCMTK fails (and so must we) exactly where IJG raises a fatal
+//! error, while IJG's mere warnings (odd Ss/Se in a sequential scan, garbage between markers)
+//! must not stop decoding.
+
+use super::huffman::HuffSpec;
+use super::{err, Result, Tables};
+
+pub(super) const SOI: u8 = 0xD8;
+pub(super) const EOI: u8 = 0xD9;
+pub(super) const SOS: u8 = 0xDA;
+const DHT: u8 = 0xC4;
+const JPG: u8 = 0xC8;
+const DAC: u8 = 0xCC;
+const DQT: u8 = 0xDB;
+const DNL: u8 = 0xDC;
+const DRI: u8 = 0xDD;
+const TEM: u8 = 0x01;
+const COM: u8 = 0xFE;
+pub(super) const RST0: u8 = 0xD0;
+pub(super) const RST7: u8 = 0xD7;
+
+/// Zigzag position → natural (row-major) position, with IJG's 16 extra entries of 63 so that
+/// a corrupt run length past the end of a block lands on the last coefficient.
+pub(super) const NATURAL_ORDER: [u8; 80] = [
+    0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27,
+    20, 13, 6, 7, 14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58,
+    59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+    63, 63, 63, 63, 63, 63, 63, 63,
+];
+
+/// IJG's JPEG_MAX_DIMENSION.
+const MAX_DIMENSION: u16 = 65500;
+
+/// Byte-level reader over the whole stream; running out of bytes is fatal because DCMTK's
+/// source manager suspends (and then fails) instead of inventing an EOI.
+pub(super) struct Cursor<'a> {
+    data: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(data: &'a [u8], pos: usize) -> Self {
+        Cursor { data, pos }
+    }
+
+    fn byte(&mut self) -> Result<u8> {
+        next_byte(self.data, &mut self.pos)
+    }
+
+    fn u16(&mut self) -> Result<u16> {
+        let hi = self.byte()?;
+        let lo = self.byte()?;
+        Ok(u16::from_be_bytes([hi, lo]))
+    }
+
+    fn skip(&mut self, n: usize) -> Result<()> {
+        match self.pos.checked_add(n) {
+            Some(end) if end <= self.data.len() => {
+                self.pos = end;
+                Ok(())
+            }
+            _ => truncated(),
+        }
+    }
+
+    /// IJG `next_marker`: skips garbage and fill bytes up to the next marker code.
+    pub fn next_marker(&mut self) -> Result<u8> {
+        next_marker(self.data, &mut self.pos)
+    }
+}
+
+fn truncated<T>() -> Result<T> {
+    err("truncated JPEG stream (data ends before the EOI marker)")
+}
+
+fn next_byte(data: &[u8], pos: &mut usize) -> Result<u8> {
+    match data.get(*pos) {
+        Some(&b) => {
+            *pos += 1;
+            Ok(b)
+        }
+        None => truncated(),
+    }
+}
+
+/// IJG `next_marker`: find the next `FF xx` with `xx` not 0 and not FF, discarding anything
+/// else (IJG only warns about the discarded bytes).
+pub(super) fn next_marker(data: &[u8], pos: &mut usize) -> Result<u8> {
+    loop {
+        while next_byte(data, pos)? != 0xFF {}
+        let mut c = next_byte(data, pos)?;
+        while c == 0xFF {
+            c = next_byte(data, pos)?;
+        }
+        if c != 0 {
+            return Ok(c);
+        }
+        // FF 00 is stuffed entropy data, not a marker: keep scanning.
+    }
+}
+
+/// SOFn codes (C0..CF minus DHT, JPG and DAC).
+pub(super) fn is_sof(m: u8) -> bool {
+    (0xC0..=0xCF).contains(&m) && m != DHT && m != JPG && m != DAC
+}
+
+/// One component line of the SOF segment.
+pub(super) struct ComponentSpec {
+    pub id: u8,
+    pub h: u8,
+    pub v: u8,
+    pub tq: u8,
+}
+
+pub(super) struct FrameHeader {
+    pub precision: u8,
+    pub width: u16,
+    pub height: u16,
+    pub comps: Vec<ComponentSpec>,
+}
+
+/// One component of a scan: its index in the frame and its Huffman table selectors.
+pub(super) struct ScanComponent {
+    pub index: usize,
+    pub dc: u8,
+    pub ac: u8,
+}
+
+pub(super) struct ScanHeader {
+    pub comps: Vec<ScanComponent>,
+}
+
+fn check_sof_type(m: u8) -> Result<()> {
+    match m {
+        0xC0 | 0xC1 => Ok(()),
+        0xC2 | 0xCA => err("unsupported: progressive JPEG"),
+        0xC3 | 0xCB => err("unsupported: lossless JPEG (use the lossless decoder)"),
+        0xC9 => err("unsupported: arithmetic-coded JPEG"),
+        _ => err(format!("unsupported: hierarchical/differential JPEG (SOF marker 0x{m:02X})")),
+    }
+}
+
+/// IJG `get_sof` plus the checks of `initial_setup` (jdinput.c).
+pub(super) fn read_sof(cur: &mut Cursor, marker: u8) -> Result<FrameHeader> {
+    check_sof_type(marker)?;
+    let length = cur.u16()?;
+    let precision = cur.byte()?;
+    let height = cur.u16()?;
+    let width = cur.u16()?;
+    let n = cur.byte()?;
+    if height == 0 {
+        return err("image height 0 (height defined by a DNL marker) is not supported");
+    }
+    if width == 0 || n == 0 {
+        return err("empty image (zero width or no components)");
+    }
+    if usize::from(length) != 8 + 3 * usize::from(n) {
+        return err("bad SOF segment length");
+    }
+    if precision != 8 && precision != 12 {
+        return err(format!("unsupported: {precision}-bit lossy JPEG (only 8 and 12)"));
+    }
+    if n > 4 {
+        return err(format!("unsupported: {n} components (at most 4)"));
+    }
+    if width > MAX_DIMENSION || height > MAX_DIMENSION {
+        return err("image too large (more than 65500 pixels on a side)");
+    }
+    let mut comps = Vec::with_capacity(usize::from(n));
+    for _ in 0..n {
+        let id = cur.byte()?;
+        let hv = cur.byte()?;
+        let tq = cur.byte()?;
+        let (h, v) = (hv >> 4, hv & 15);
+        if !(1..=4).contains(&h) || !(1..=4).contains(&v) {
+            return err("bad sampling factors (must be 1 to 4)");
+        }
+        comps.push(ComponentSpec { id, h, v, tq });
+    }
+    Ok(FrameHeader { precision, width, height, comps })
+}
+
+/// IJG `get_sos`. Ss, Se, Ah and Al are read but ignored: IJG only warns when a sequential
+/// scan has odd values, since some baseline files carry zeroes there.
+pub(super) fn read_sos(cur: &mut Cursor, frame: &super::Frame) -> Result<ScanHeader> {
+    let length = cur.u16()?;
+    let n = cur.byte()?;
+    if usize::from(length) != 6 + 2 * usize::from(n) || !(1..=4).contains(&n) {
+        return err("bad SOS segment length");
+    }
+    let mut comps: Vec<ScanComponent> = Vec::with_capacity(usize::from(n));
+    for _ in 0..n {
+        let cid = cur.byte()?;
+        let tables = cur.byte()?;
+        // IJG takes the first frame component with this ID.
+        let Some(index) = frame.comps.iter().position(|c| c.id == cid) else {
+            return err(format!("scan refers to unknown component {cid}"));
+        };
+        if comps.iter().any(|c| c.index == index) {
+            return err(format!("component {cid} appears twice in one scan"));
+        }
+        comps.push(ScanComponent { index, dc: tables >> 4, ac: tables & 15 });
+    }
+    cur.skip(3)?; // Ss, Se, Ah/Al
+    Ok(ScanHeader { comps })
+}
+
+/// Handles every marker other than SOI/SOFn/SOS/EOI: tables are stored, the rest skipped
+/// or rejected as IJG's `read_markers` does.
+pub(super) fn read_table_or_skip(cur: &mut Cursor, m: u8, tables: &mut Tables) -> Result<()> {
+    match m {
+        SOI => err("duplicate SOI marker"),
+        DHT => read_dht(cur, tables),
+        DQT => read_dqt(cur, &mut tables.quant),
+        DRI => {
+            if cur.u16()? != 4 {
+                return err("bad DRI segment length");
+            }
+            tables.restart_interval = cur.u16()?;
+            Ok(())
+        }
+        0xE0..=0xEF | COM | DAC | DNL => skip_variable(cur),
+        RST0..=RST7 | TEM => Ok(()),
+        JPG => err("unsupported: JPEG extension (JPG marker)"),
+        _ => err(format!("unknown JPEG marker 0x{m:02X}")),
+    }
+}
+
+/// IJG `skip_variable`: a length below 2 skips nothing.
+fn skip_variable(cur: &mut Cursor) -> Result<()> {
+    let length = usize::from(cur.u16()?);
+    cur.skip(length.saturating_sub(2))
+}
+
+/// IJG `get_dht`: several tables per segment, minimal validation here (the rest happens
+/// when a scan builds its decoding tables).
+fn read_dht(cur: &mut Cursor, tables: &mut Tables) -> Result<()> {
+    let mut length = i64::from(cur.u16()?) - 2;
+    while length > 16 {
+        let index = cur.byte()?;
+        let mut bits = [0u8; 17];
+        for b in bits.iter_mut().skip(1) {
+            *b = cur.byte()?;
+        }
+        length -= 17;
+        let count: usize = bits.iter().map(|&b| usize::from(b)).sum();
+        if count > 256 || count as i64 > length {
+            return err("bad Huffman table (DHT)");
+        }
+        let mut vals = Vec::with_capacity(count);
+        for _ in 0..count {
+            vals.push(cur.byte()?);
+        }
+        length -= count as i64;
+        let (slot, is_ac) = if index & 0x10 != 0 { (index - 0x10, true) } else { (index, false) };
+        let spec = HuffSpec { bits, vals };
+        let target = if is_ac { &mut tables.ac } else { &mut tables.dc };
+        match target.get_mut(usize::from(slot)) {
+            Some(t) => *t = Some(spec),
+            None => return err(format!("bad DHT table index {index}")),
+        }
+    }
+    if length != 0 {
+        return err("bad DHT segment length");
+    }
+    Ok(())
+}
+
+/// IJG `get_dqt`: 8- or 16-bit entries in zigzag order, stored in natural order.
+fn read_dqt(cur: &mut Cursor, quant: &mut [Option<[u16; 64]>; 4]) -> Result<()> {
+    let mut length = i64::from(cur.u16()?) - 2;
+    while length > 0 {
+        let n = cur.byte()?;
+        let wide = n >> 4 != 0;
+        let Some(slot) = quant.get_mut(usize::from(n & 15)) else {
+            return err(format!("bad DQT table index {}", n & 15));
+        };
+        let mut table = [0u16; 64];
+        for &pos in NATURAL_ORDER.iter().take(64) {
+            let value = if wide { cur.u16()? } else { u16::from(cur.byte()?) };
+            if let Some(t) = table.get_mut(usize::from(pos)) {
+                *t = value;
+            }
+        }
+        *slot = Some(table);
+        length -= if wide { 129 } else { 65 };
+    }
+    if length != 0 {
+        return err("bad DQT segment length");
+    }
+    Ok(())
+}
