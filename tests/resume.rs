@@ -1,0 +1,167 @@
+//! A run killed with SIGKILL leaves no partial output file, and `--skip-existing` then
+//! completes exactly the missing outputs (issue: foundation, acceptance 4).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_dicomflow")
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn pngs(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.extension().is_some_and(|e| e == "png"));
+    v.sort();
+    v
+}
+
+fn all_entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn decodes_completely(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let decoder = png::Decoder::new(std::io::BufReader::new(file));
+    let Ok(mut reader) = decoder.read_info() else {
+        return false;
+    };
+    let Some(size) = reader.output_buffer_size() else {
+        return false;
+    };
+    let mut buf = vec![0; size];
+    reader.next_frame(&mut buf).is_ok() && reader.finish().is_ok()
+}
+
+#[test]
+fn kill_9_leaves_no_partial_output_and_skip_existing_completes_the_rest() {
+    const SLICES: usize = 600;
+    let root = tempdir("resume");
+    let input = root.join("in");
+    let out = root.join("out");
+    let status = Command::new(bin())
+        .args([
+            "synth",
+            input.to_str().unwrap(),
+            "--size",
+            "128",
+            "--slices",
+        ])
+        .arg(SLICES.to_string())
+        .arg("-q")
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    // One writer and the slowest PNG setting keep the run going long enough to be killed in
+    // the middle; the kill lands while writers are busy.
+    let mut child = Command::new(bin())
+        .args([
+            "run",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-q",
+            "--no-tui",
+        ])
+        .args(["--writers", "1", "--png-compression", "best"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while pngs(&out).len() < 40 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "run produced no output"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "run ended before it could be killed"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let before = pngs(&out);
+    assert!(
+        before.len() < SLICES,
+        "the run finished before the kill ({} outputs)",
+        before.len()
+    );
+    // Nothing but complete PNGs: no partial file, no temporary name left behind.
+    for name in all_entries(&out) {
+        assert!(name.ends_with(".png"), "unexpected file after kill: {name}");
+    }
+    for p in &before {
+        assert!(decodes_completely(p), "partial output {}", p.display());
+    }
+    let stamps: Vec<SystemTime> = before
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .collect();
+
+    let report = root.join("report.json");
+    let status = Command::new(bin())
+        .args([
+            "run",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-q",
+            "--no-tui",
+        ])
+        .arg("--skip-existing")
+        .arg("--report")
+        .arg(&report)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+
+    let after = pngs(&out);
+    assert_eq!(after.len(), SLICES);
+    for p in &after {
+        assert!(decodes_completely(p), "{}", p.display());
+    }
+    // Outputs that existed were kept as they were.
+    for (p, t) in before.iter().zip(&stamps) {
+        assert_eq!(
+            std::fs::metadata(p).unwrap().modified().unwrap(),
+            *t,
+            "{} was rewritten",
+            p.display()
+        );
+    }
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let totals = &r["result"]["totals"];
+    assert_eq!(
+        totals["frames_existing"].as_u64().unwrap() as usize,
+        before.len()
+    );
+    assert_eq!(
+        totals["frames_written"].as_u64().unwrap() as usize,
+        SLICES - before.len()
+    );
+    assert_eq!(totals["files_failed"].as_u64().unwrap(), 0);
+    std::fs::remove_dir_all(&root).unwrap();
+}
