@@ -25,6 +25,7 @@ pub mod trace;
 use std::sync::Arc;
 
 use backend::cpu::CpuBackend;
+use backend::cuda::CudaBackend;
 use backend::Backend;
 use config::{BackendChoice, Settings};
 use error::FatalError;
@@ -41,11 +42,17 @@ pub fn available_cores() -> usize {
 pub fn select_backend(settings: &Settings) -> Result<Arc<dyn Backend>, FatalError> {
     match settings.backend {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
-        BackendChoice::Cuda => Err(FatalError::Backend(
-            "backend = \"cuda\" was requested, but this build has no CUDA backend".into(),
-        )),
-        BackendChoice::Auto => Ok(Arc::new(CpuBackend::new(
-            "auto: no CUDA backend in this build",
-        ))),
+        BackendChoice::Cuda => CudaBackend::new(settings, "requested (backend = cuda)")
+            .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            .map_err(|why| {
+                FatalError::Backend(format!("backend = \"cuda\" is not usable here: {why}"))
+            }),
+        BackendChoice::Auto => match CudaBackend::new(settings, "auto: CUDA device found") {
+            Ok(b) => Ok(Arc::new(b)),
+            Err(why) => {
+                tracing::info!("CUDA not usable ({why}); using the CPU backend");
+                Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
+            }
+        },
     }
 }

@@ -3,6 +3,7 @@
 //! which one it drives.
 
 pub mod cpu;
+pub mod cuda;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +55,10 @@ pub trait Backend: Send + Sync {
     fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, String>;
     /// Render worker threads this backend wants by default.
     fn default_workers(&self) -> usize;
+    /// Gives the backend the run's statistics (GPU figures are published there).
+    fn attach_stats(&self, _stats: Arc<crate::stats::Stats>) {}
+    /// Called once after the last frame (final statistics).
+    fn finish(&self) {}
 }
 
 /// Renders frames on one thread (one CUDA stream for the GPU backend).

@@ -168,6 +168,8 @@ pub struct RunResult {
     pub slot_memory_bytes: u64,
     pub slot_memory_kind: String,
     pub totals: Totals,
+    /// Frames rendered per GPU (device ordinal as text); empty for the CPU backend.
+    pub frames_per_device: std::collections::BTreeMap<String, u64>,
 }
 
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -348,7 +350,13 @@ impl Collector {
         let mut files: Vec<FileRecord> = self.by_id.drain().map(|(_, r)| r).collect();
         files.append(&mut self.others);
         let mut totals = Totals::default();
+        let mut frames_per_device = std::collections::BTreeMap::new();
         for f in &mut files {
+            for o in f.outputs.iter().filter(|o| !o.existing) {
+                if let Some(d) = o.device {
+                    *frames_per_device.entry(d.to_string()).or_insert(0u64) += 1;
+                }
+            }
             f.settle();
             f.outputs.sort_by_key(|o| o.frame);
             totals.files += 1;
@@ -392,6 +400,7 @@ impl Collector {
             slot_memory_bytes,
             slot_memory_kind: slot_memory_kind.to_string(),
             totals,
+            frames_per_device,
         }
     }
 }

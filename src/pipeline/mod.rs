@@ -106,6 +106,7 @@ pub fn run(
     })?;
     let pool = SlotPool::new(sizing.slots, 0, 0, backend.allocator())
         .map_err(|e| FatalError::Other(format!("cannot allocate the slot ring: {e}")))?;
+    backend.attach_stats(stats.clone());
     let info = backend.info();
     stats.set_backend(format!(
         "{}{}",

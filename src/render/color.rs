@@ -117,6 +117,28 @@ fn ybr_partial_double(y: u32, cb: u32, cr: u32, m: f64) -> [u32; 3] {
     ]
 }
 
+/// The RGB output of PALETTE COLOR for a stored bit pattern (already shifted and masked):
+/// the index is signed when the pixels are, each LUT clamps, and entries are narrowed by the
+/// largest LUT depth (§8.4, §8.5).
+pub fn palette_rgb(plan: &ColorPlan, pattern: u32) -> [u8; 3] {
+    let ColorModel::Palette(luts) = &plan.model else {
+        return [0; 3];
+    };
+    let bits = plan.stored.bits_stored as u32;
+    let signed = plan.stored.signed;
+    let index = if signed && bits < 32 && (pattern >> (bits - 1)) & 1 == 1 {
+        pattern as i64 - (1i64 << bits)
+    } else {
+        pattern as i64
+    };
+    let bits_out = luts.iter().map(|l| l.bits as u32).max().unwrap_or(8);
+    let mut rgb = [0u8; 3];
+    for (c, lut) in luts.iter().enumerate() {
+        rgb[c] = narrow(lut.lookup(index, signed) as u32, bits_out);
+    }
+    rgb
+}
+
 /// Bytes of stored samples a colour frame occupies in its slot.
 pub fn input_samples(plan: &ColorPlan, pixels: usize) -> usize {
     match plan.model {
@@ -156,19 +178,10 @@ pub fn render_color(
     };
     let m = mask as f64;
     match &plan.model {
-        ColorModel::Palette(luts) => {
-            let bits_out = luts.iter().map(|l| l.bits as u32).max().unwrap_or(8);
+        ColorModel::Palette(_) => {
             for p in 0..pixels {
-                let raw = (sample(input, bytes, p) >> shift) & mask;
-                // The palette index is signed when the pixels are (§8.4).
-                let index = if signed && bits < 32 && raw >> (bits - 1) & 1 == 1 {
-                    raw as i64 - (1i64 << bits)
-                } else {
-                    raw as i64
-                };
-                for (c, lut) in luts.iter().enumerate() {
-                    out[3 * p + c] = narrow(lut.lookup(index, signed) as u32, bits_out);
-                }
+                let pattern = (sample(input, bytes, p) >> shift) & mask;
+                out[3 * p..3 * p + 3].copy_from_slice(&palette_rgb(plan, pattern));
             }
         }
         ColorModel::YbrFull422 | ColorModel::YbrPartial422 if plan.subsampled => {

@@ -66,6 +66,18 @@ pub fn build_gray_table(plan: &GrayPlan, resolved: &Resolved, map: IndexMap, out
     );
 }
 
+/// PALETTE COLOR compiled to a table: three output bytes per table index.
+pub fn build_palette_table(
+    plan: &crate::render::plan::ColorPlan,
+    map: IndexMap,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    for i in 0..map.len() as u32 {
+        out.extend_from_slice(&crate::render::color::palette_rgb(plan, i));
+    }
+}
+
 /// Frame statistics from per-index pixel counts.
 pub fn frame_stats(plan: &GrayPlan, counts: &[u32]) -> FrameStats {
     FrameStats::from_stored_counts(

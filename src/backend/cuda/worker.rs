@@ -1,0 +1,515 @@
+//! One CUDA render worker: a thread with its own stream on one device. It moves a slot's
+//! stored values to the GPU by the chosen strategy (mapped zero-copy, async copies from pinned
+//! memory, or synchronous copies from pageable memory), computes frame statistics on the GPU
+//! when automatic windows need them, applies the chain's table (the same table the CPU backend
+//! applies, so the bytes are identical), and brings the 8-bit pixels back. CUDA events time the
+//! transfer-in, compute and transfer-out parts.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
+use super::{Shared, Strategy};
+use crate::backend::cpu::CpuRenderer;
+use crate::backend::{RenderOutcome, RenderTimings, RenderWorker};
+use crate::pipeline::slot::Slot;
+use crate::render::chain::{self, Resolved, ResolvedVoi};
+use crate::render::plan::{Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Window};
+use crate::render::table::{self, IndexMap};
+
+const BLOCK: u32 = 256;
+/// Largest histogram kept in shared memory (bins × 4 bytes ≤ 48 KiB).
+const SHARED_HIST_BINS: usize = 12288;
+
+struct Kernels {
+    hist_shared_u16: Function,
+    hist_global_u16: Function,
+    hist_shared_u8: Function,
+    hist_global_u32: Function,
+    apply_u16: Function,
+    apply_u8: Function,
+    apply_u32: Function,
+    color_full: Function,
+    color_422: Function,
+    palette: Function,
+}
+
+impl Kernels {
+    fn load(m: &Module) -> Result<Kernels, CudaError> {
+        Ok(Kernels {
+            hist_shared_u16: m.function(c"gray_hist_shared_u16")?,
+            hist_global_u16: m.function(c"gray_hist_global_u16")?,
+            hist_shared_u8: m.function(c"gray_hist_shared_u8")?,
+            hist_global_u32: m.function(c"gray_hist_global_u32")?,
+            apply_u16: m.function(c"gray_apply_u16")?,
+            apply_u8: m.function(c"gray_apply_u8")?,
+            apply_u32: m.function(c"gray_apply_u32")?,
+            color_full: m.function(c"color_full")?,
+            color_422: m.function(c"color_422")?,
+            palette: m.function(c"palette_apply")?,
+        })
+    }
+}
+
+/// What the cached device table was built from.
+#[derive(PartialEq)]
+enum TableKey {
+    Gray(GrayPlan, Resolved),
+    Palette(ColorPlan),
+}
+
+/// Device pointers of the frame being rendered.
+#[derive(Clone, Copy)]
+struct Io {
+    input: u64,
+    output: u64,
+}
+
+/// Per-thread GPU state.
+pub struct CudaWorker {
+    index: usize,
+    device_slot: usize,
+    shared: Arc<Shared>,
+    _module: Arc<Module>,
+    stream: Arc<Stream>,
+    k: Kernels,
+    ev: [Event; 4],
+    dev_in: Option<DeviceBuffer>,
+    dev_out: Option<DeviceBuffer>,
+    dev_table: Option<DeviceBuffer>,
+    dev_counts: Option<DeviceBuffer>,
+    table_key: Option<TableKey>,
+    host_table: Vec<u8>,
+    host_counts: Vec<u32>,
+    cpu: CpuRenderer,
+    last_publish: Instant,
+}
+
+fn grid_for(work: u64) -> u32 {
+    work.div_ceil(BLOCK as u64).clamp(1, 65_535 * 8) as u32
+}
+
+impl CudaWorker {
+    pub(super) fn new(
+        index: usize,
+        device_slot: usize,
+        shared: Arc<Shared>,
+        module: Arc<Module>,
+    ) -> Result<Self, String> {
+        let device = shared.devices[device_slot].clone();
+        let stream = Stream::new(&device).map_err(|e| e.to_string())?;
+        let k = Kernels::load(&module).map_err(|e| e.to_string())?;
+        let ev = [
+            Event::new(&device).map_err(|e| e.to_string())?,
+            Event::new(&device).map_err(|e| e.to_string())?,
+            Event::new(&device).map_err(|e| e.to_string())?,
+            Event::new(&device).map_err(|e| e.to_string())?,
+        ];
+        Ok(CudaWorker {
+            index,
+            device_slot,
+            shared,
+            _module: module,
+            stream,
+            k,
+            ev,
+            dev_in: None,
+            dev_out: None,
+            dev_table: None,
+            dev_counts: None,
+            table_key: None,
+            host_table: Vec::new(),
+            host_counts: Vec::new(),
+            cpu: CpuRenderer::default(),
+            last_publish: Instant::now(),
+        })
+    }
+
+    /// Frees cached device memory (after an out-of-memory error).
+    fn release_caches(&mut self) {
+        self.dev_in = None;
+        self.dev_out = None;
+        self.dev_table = None;
+        self.dev_counts = None;
+        self.table_key = None;
+    }
+
+    /// Queues the input transfer for `strategy` and returns the device pointers to use.
+    fn stage_in(
+        &mut self,
+        strategy: Strategy,
+        slot: &Slot,
+        in_bytes: usize,
+        out_bytes: usize,
+    ) -> Result<Io, CudaError> {
+        match strategy {
+            Strategy::ZeroCopy => Ok(Io {
+                input: slot.input.device_ptr(),
+                output: slot.output.device_ptr(),
+            }),
+            Strategy::Pinned => {
+                let input = driver::ensure_buffer(&mut self.dev_in, &self.stream, in_bytes)?;
+                let output = driver::ensure_buffer(&mut self.dev_out, &self.stream, out_bytes)?;
+                // SAFETY: slot.input holds in_bytes; the stream is synchronized before the
+                // slot leaves this worker.
+                unsafe {
+                    driver::copy_htod_async(input, slot.input.as_ptr(), in_bytes, &self.stream)?
+                };
+                Ok(Io { input, output })
+            }
+            Strategy::Pageable => {
+                let input = driver::ensure_buffer(&mut self.dev_in, &self.stream, in_bytes)?;
+                let output = driver::ensure_buffer(&mut self.dev_out, &self.stream, out_bytes)?;
+                // The allocation above is stream-ordered: wait for it before a synchronous copy.
+                self.stream.synchronize()?;
+                // SAFETY: slot.input holds in_bytes (ordinary host memory).
+                unsafe { driver::copy_htod(input, slot.input.as_ptr(), in_bytes)? };
+                Ok(Io { input, output })
+            }
+        }
+    }
+
+    /// Queues (or performs) the output transfer.
+    fn stage_out(
+        &mut self,
+        strategy: Strategy,
+        io: Io,
+        slot: &mut Slot,
+        out_bytes: usize,
+    ) -> Result<(), CudaError> {
+        let dst = slot.output.bytes_mut(out_bytes).as_mut_ptr();
+        match strategy {
+            Strategy::ZeroCopy => Ok(()),
+            // SAFETY: dst holds out_bytes and stays valid until the stream is synchronized.
+            Strategy::Pinned => unsafe {
+                driver::copy_dtoh_async(dst, io.output, out_bytes, &self.stream)
+            },
+            Strategy::Pageable => {
+                self.stream.synchronize()?;
+                // SAFETY: dst holds out_bytes.
+                unsafe { driver::copy_dtoh(dst, io.output, out_bytes) }
+            }
+        }
+    }
+
+    /// Uploads the table if it changed since the last frame.
+    fn ensure_table(&mut self, key: TableKey) -> Result<u64, CudaError> {
+        if self.table_key.as_ref() != Some(&key) || self.dev_table.is_none() {
+            let ptr =
+                driver::ensure_buffer(&mut self.dev_table, &self.stream, self.host_table.len())?;
+            // Stream-ordered allocation must complete before a copy from pageable memory.
+            self.stream.synchronize()?;
+            // SAFETY: host_table holds that many bytes; the copy is synchronous.
+            unsafe { driver::copy_htod(ptr, self.host_table.as_ptr(), self.host_table.len())? };
+            self.table_key = Some(key);
+        }
+        Ok(self.dev_table.as_ref().map(|b| b.ptr()).unwrap_or(0))
+    }
+
+    /// GPU histogram of table indices, read back for the automatic window.
+    fn histogram(
+        &mut self,
+        g: &GrayPlan,
+        map: IndexMap,
+        io: Io,
+        pixels: u64,
+    ) -> Result<chain::FrameStats, CudaError> {
+        let bins = map.len();
+        let counts = driver::ensure_buffer(&mut self.dev_counts, &self.stream, bins * 4)?;
+        driver::memset_u32_async(counts, bins, &self.stream)?;
+        let args = Args::default()
+            .u64(io.input)
+            .u64(pixels)
+            .u32(map.shift)
+            .u32(map.mask)
+            .u64(counts);
+        let grid = grid_for(pixels).min(1024);
+        match g.stored.bytes() {
+            1 => driver::launch(
+                self.k.hist_shared_u8,
+                grid,
+                BLOCK,
+                (bins * 4) as u32,
+                &self.stream,
+                args,
+            )?,
+            2 if bins <= SHARED_HIST_BINS => driver::launch(
+                self.k.hist_shared_u16,
+                grid,
+                BLOCK,
+                (bins * 4) as u32,
+                &self.stream,
+                args,
+            )?,
+            2 => driver::launch(
+                self.k.hist_global_u16,
+                grid_for(pixels),
+                BLOCK,
+                0,
+                &self.stream,
+                args,
+            )?,
+            _ => driver::launch(
+                self.k.hist_global_u32,
+                grid_for(pixels),
+                BLOCK,
+                0,
+                &self.stream,
+                args,
+            )?,
+        }
+        self.host_counts.clear();
+        self.host_counts.resize(bins, 0);
+        self.stream.synchronize()?;
+        // SAFETY: host_counts holds `bins` u32; the copy is synchronous after the sync above.
+        unsafe { driver::copy_dtoh(self.host_counts.as_mut_ptr() as *mut u8, counts, bins * 4)? };
+        Ok(table::frame_stats(g, &self.host_counts))
+    }
+
+    fn render_gray(
+        &mut self,
+        g: &GrayPlan,
+        map: IndexMap,
+        pixels: u64,
+        io: Io,
+    ) -> Result<Option<Window>, String> {
+        let cuda = |e: CudaError| e.to_string();
+        let stats = if chain::needs_statistics(g) {
+            Some(self.histogram(g, map, io, pixels).map_err(cuda)?)
+        } else {
+            None
+        };
+        let resolved = chain::resolve(g, stats.as_ref())?;
+        let key = TableKey::Gray(g.clone(), resolved.clone());
+        if self.table_key.as_ref() != Some(&key) {
+            table::build_gray_table(g, &resolved, map, &mut self.host_table);
+        }
+        let table_ptr = self.ensure_table(key).map_err(cuda)?;
+        let args = Args::default()
+            .u64(io.input)
+            .u64(io.output)
+            .u64(pixels)
+            .u32(map.shift)
+            .u32(map.mask)
+            .u64(table_ptr);
+        let (f, per_thread) = match g.stored.bytes() {
+            1 => (self.k.apply_u8, 16),
+            2 => (self.k.apply_u16, 8),
+            _ => (self.k.apply_u32, 1),
+        };
+        driver::launch(
+            f,
+            grid_for(pixels.div_ceil(per_thread)),
+            BLOCK,
+            0,
+            &self.stream,
+            args,
+        )
+        .map_err(cuda)?;
+        Ok(match resolved.voi {
+            ResolvedVoi::Window(w) => Some(w),
+            _ => None,
+        })
+    }
+
+    fn render_color(&mut self, c: &ColorPlan, pixels: u64, io: Io) -> Result<(), String> {
+        let cuda = |e: CudaError| e.to_string();
+        let map = IndexMap::of(&c.stored).ok_or("colour samples deeper than 16 bits")?;
+        let bytes = c.stored.bytes() as u32;
+        if let ColorModel::Palette(_) = c.model {
+            let key = TableKey::Palette(c.clone());
+            if self.table_key.as_ref() != Some(&key) {
+                table::build_palette_table(c, map, &mut self.host_table);
+            }
+            let t = self.ensure_table(key).map_err(cuda)?;
+            let args = Args::default()
+                .u64(io.input)
+                .u64(io.output)
+                .u64(pixels)
+                .u32(bytes)
+                .u32(map.shift)
+                .u32(map.mask)
+                .u64(t);
+            return driver::launch(
+                self.k.palette,
+                grid_for(pixels),
+                BLOCK,
+                0,
+                &self.stream,
+                args,
+            )
+            .map_err(cuda);
+        }
+        let bits = c.stored.bits_stored as u32;
+        let model = match c.model {
+            ColorModel::Rgb => 0,
+            ColorModel::YbrFull | ColorModel::YbrFull422
+                if bits == 8 && !c.stored.signed && !c.subsampled =>
+            {
+                2
+            }
+            ColorModel::YbrFull | ColorModel::YbrFull422 => 1,
+            ColorModel::YbrPartial422 => 3,
+            ColorModel::Palette(_) => unreachable!("handled above"),
+        };
+        let base = Args::default()
+            .u64(io.input)
+            .u64(io.output)
+            .u64(pixels)
+            .u32(bytes)
+            .u32(map.shift)
+            .u32(map.mask)
+            .u32(bits)
+            .u32(c.stored.signed as u32);
+        if c.subsampled {
+            driver::launch(
+                self.k.color_422,
+                grid_for(pixels / 2),
+                BLOCK,
+                0,
+                &self.stream,
+                base.u32(model),
+            )
+            .map_err(cuda)
+        } else {
+            let args = base.u32(c.planar as u32).u32(model);
+            driver::launch(
+                self.k.color_full,
+                grid_for(pixels),
+                BLOCK,
+                0,
+                &self.stream,
+                args,
+            )
+            .map_err(cuda)
+        }
+    }
+
+    /// Renders with one strategy, timing each part.
+    fn render_with(
+        &mut self,
+        strategy: Strategy,
+        plan: &FramePlan,
+        slot: &mut Slot,
+    ) -> Result<RenderOutcome, String> {
+        let cuda = |e: CudaError| e.to_string();
+        self.shared.devices[self.device_slot].bind().map_err(cuda)?;
+        let in_bytes = plan.input_bytes();
+        let out_bytes = plan.output_bytes();
+        let pixels = plan.pixels() as u64;
+        let t0 = Instant::now();
+        self.ev[0].record(&self.stream).map_err(cuda)?;
+        let io = self
+            .stage_in(strategy, slot, in_bytes, out_bytes)
+            .map_err(cuda)?;
+        let t1 = Instant::now();
+        self.ev[1].record(&self.stream).map_err(cuda)?;
+        let window = match &plan.chain {
+            Chain::Gray(g) => match IndexMap::of(&g.stored) {
+                Some(map) => self.render_gray(g, map, pixels, io)?,
+                None => return Err("internal: deep grayscale routed to the GPU".into()),
+            },
+            Chain::Color(c) => {
+                self.render_color(c, pixels, io)?;
+                None
+            }
+        };
+        self.ev[2].record(&self.stream).map_err(cuda)?;
+        let t2 = Instant::now();
+        self.stage_out(strategy, io, slot, out_bytes)
+            .map_err(cuda)?;
+        self.ev[3].record(&self.stream).map_err(cuda)?;
+        self.stream.synchronize().map_err(cuda)?;
+        let t3 = Instant::now();
+        let ms = |a: usize, b: usize| {
+            Event::elapsed_ms(&self.ev[a], &self.ev[b])
+                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
+        };
+        let timings = if strategy == Strategy::Pageable {
+            // Synchronous copies run outside the stream: host clocks time them.
+            RenderTimings {
+                transfer_in: t1 - t0,
+                compute: ms(1, 2).map_err(cuda)?,
+                transfer_out: t3.saturating_duration_since(t2),
+            }
+        } else {
+            RenderTimings {
+                transfer_in: ms(0, 1).map_err(cuda)?,
+                compute: ms(1, 2).map_err(cuda)?,
+                transfer_out: ms(2, 3).map_err(cuda)?,
+            }
+        };
+        Ok(RenderOutcome {
+            window,
+            timings,
+            device: Some(self.shared.devices[self.device_slot].ordinal),
+        })
+    }
+
+    fn publish(&mut self) {
+        if self.last_publish.elapsed() < Duration::from_millis(200) {
+            return;
+        }
+        self.last_publish = Instant::now();
+        self.shared.publish();
+    }
+}
+
+impl RenderWorker for CudaWorker {
+    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, String> {
+        // Stored values deeper than 16 bits have no table: the CPU reference renders them.
+        if let Chain::Gray(g) = &plan.chain {
+            if IndexMap::of(&g.stored).is_none() {
+                return self.cpu.render(plan, slot);
+            }
+        }
+        let shared = self.shared.clone();
+        let strategy = shared.strategy(|candidates| self.calibrate(candidates, plan, slot))?;
+        let result = match self.render_with(strategy, plan, slot) {
+            Err(e) if e.contains("OUT_OF_MEMORY") => {
+                // Give the pool back what this worker caches, then try once more.
+                self.release_caches();
+                let _ = self.stream.synchronize();
+                self.render_with(strategy, plan, slot)
+                    .map_err(|e| format!("{e} (after freeing cached device memory)"))
+            }
+            other => other,
+        };
+        if result.is_ok() {
+            self.shared.frames[self.device_slot].fetch_add(1, Ordering::Relaxed);
+        }
+        self.publish();
+        result.map_err(|e| {
+            format!(
+                "CUDA worker {} on GPU {}: {e}",
+                self.index, self.shared.devices[self.device_slot].ordinal
+            )
+        })
+    }
+}
+
+impl CudaWorker {
+    /// Times each candidate strategy on this real frame (best of three) for `transfer = auto`.
+    fn calibrate(
+        &mut self,
+        candidates: &[Strategy],
+        plan: &FramePlan,
+        slot: &mut Slot,
+    ) -> Vec<(Strategy, f64)> {
+        let mut table = Vec::new();
+        for &s in candidates {
+            let mut best = f64::INFINITY;
+            for _ in 0..3 {
+                let t = Instant::now();
+                if self.render_with(s, plan, slot).is_err() {
+                    best = f64::INFINITY;
+                    break;
+                }
+                best = best.min(t.elapsed().as_secs_f64() * 1e3);
+            }
+            table.push((s, best));
+        }
+        table
+    }
+}

@@ -1,0 +1,471 @@
+//! GPU backend tests. Each test skips (printing why) on machines without a usable CUDA device;
+//! on the GPU machine they check that every transfer strategy produces exactly the CPU
+//! reference's bytes, that the kernel cache serves a second process, and that several GPUs
+//! share the work with identical output.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use dicomflow::backend::cpu::CpuRenderer;
+use dicomflow::backend::cuda::{driver, CudaBackend};
+use dicomflow::backend::Backend;
+use dicomflow::config::{Settings, Transfer};
+use dicomflow::pipeline::slot::SlotPool;
+use dicomflow::render::lut::Lut;
+use dicomflow::render::plan::{
+    AutoWindow, Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Modality, StoredFormat, Voi,
+    Window,
+};
+use dicomflow::render::spec::VoiFunction;
+
+/// Devices available, or `None` after printing why the test is skipped.
+fn gpu_or_skip(test: &str) -> Option<usize> {
+    match driver::probe() {
+        Ok(n) => Some(n),
+        Err(why) => {
+            // Written to the stderr handle directly so the harness does not capture it.
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping {test}: no usable CUDA device ({why})"
+            );
+            None
+        }
+    }
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_dicomflow")
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dicomflow-gpu-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Deterministic pseudo-random bytes (garbage in unused high bits included).
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn stored(bits_allocated: u16, bits_stored: u16, high_bit: u16, signed: bool) -> StoredFormat {
+    StoredFormat {
+        bits_allocated,
+        bits_stored,
+        high_bit,
+        signed,
+    }
+}
+
+fn window(center: f64, width: f64, function: VoiFunction) -> Voi {
+    Voi::Window(Window {
+        center,
+        width,
+        function,
+    })
+}
+
+/// A spread of grayscale and colour plans covering the chain's branches.
+fn plans() -> Vec<FramePlan> {
+    let mut v = Vec::new();
+    let formats = [
+        stored(8, 8, 7, false),
+        stored(16, 12, 11, false),
+        stored(16, 12, 11, true),
+        stored(16, 16, 15, false),
+        stored(16, 16, 15, true),
+        stored(16, 12, 15, true),
+        stored(32, 16, 15, false),
+    ];
+    let modalities = [
+        Modality::Identity,
+        Modality::Rescale {
+            slope: 1.0,
+            intercept: -1024.0,
+        },
+        Modality::Rescale {
+            slope: 1.7,
+            intercept: -1024.3,
+        },
+        Modality::Lut(Arc::new(Lut::new(
+            -100,
+            12,
+            (0..3000u16).map(|i| (i * 7) % 4096).collect(),
+        ))),
+    ];
+    let vois = [
+        window(40.0, 400.0, VoiFunction::Linear),
+        window(300.7, 10.3, VoiFunction::Linear),
+        window(1000.0, 1.0, VoiFunction::Linear),
+        window(40.0, 400.0, VoiFunction::LinearExact),
+        window(-600.0, 1500.0, VoiFunction::Sigmoid),
+        Voi::Auto(AutoWindow::MinMax, VoiFunction::Linear),
+        Voi::Auto(AutoWindow::MinMaxNoExtremes, VoiFunction::Linear),
+        Voi::Auto(AutoWindow::Histogram { percent: 5.0 }, VoiFunction::Sigmoid),
+        Voi::None,
+        Voi::Lut(Arc::new(Lut::new(
+            -2048,
+            16,
+            (0..4096u32).map(|i| (i * 16) as u16).collect(),
+        ))),
+    ];
+    let sizes = [(257u32, 263u32), (512, 512)];
+    let mut n = 0;
+    for f in formats {
+        for m in &modalities {
+            for voi in &vois {
+                n += 1;
+                let (rows, cols) = sizes[n % 2];
+                v.push(FramePlan {
+                    rows,
+                    cols,
+                    chain: Chain::Gray(GrayPlan {
+                        stored: f,
+                        modality: m.clone(),
+                        voi: voi.clone(),
+                        invert: n % 3 == 0,
+                        pixels: rows as u64 * cols as u64,
+                    }),
+                });
+            }
+        }
+    }
+    let palette = |bits: u8| {
+        Arc::new([
+            Lut::new(
+                0,
+                bits,
+                (0..256u32)
+                    .map(|i| (i * 257 % 65536) as u16 >> (16 - bits as u32))
+                    .collect(),
+            ),
+            Lut::new(
+                0,
+                bits,
+                (0..256u32)
+                    .map(|i| ((255 - i) * 257) as u16 >> (16 - bits as u32))
+                    .collect(),
+            ),
+            Lut::new(
+                0,
+                bits,
+                (0..256u32)
+                    .map(|i| ((i * 3 % 256) * 257) as u16 >> (16 - bits as u32))
+                    .collect(),
+            ),
+        ])
+    };
+    let colors = [
+        (stored(8, 8, 7, false), ColorModel::Rgb, false, false),
+        (stored(8, 8, 7, false), ColorModel::Rgb, true, false),
+        (stored(16, 12, 11, false), ColorModel::Rgb, false, false),
+        (stored(8, 6, 5, false), ColorModel::Rgb, false, false),
+        (stored(8, 8, 7, true), ColorModel::Rgb, false, false),
+        (stored(8, 8, 7, false), ColorModel::YbrFull, false, false),
+        (stored(8, 8, 7, false), ColorModel::YbrFull, true, false),
+        (stored(16, 16, 15, false), ColorModel::YbrFull, false, false),
+        (stored(8, 8, 7, false), ColorModel::YbrFull422, false, true),
+        (
+            stored(8, 8, 7, false),
+            ColorModel::YbrPartial422,
+            false,
+            true,
+        ),
+        (
+            stored(8, 8, 7, false),
+            ColorModel::Palette(palette(8)),
+            false,
+            false,
+        ),
+        (
+            stored(8, 8, 7, false),
+            ColorModel::Palette(palette(16)),
+            false,
+            false,
+        ),
+    ];
+    for (i, (s, model, planar, subsampled)) in colors.into_iter().enumerate() {
+        let (rows, cols) = if i % 2 == 0 { (101, 77) } else { (256, 256) };
+        v.push(FramePlan {
+            rows,
+            cols,
+            chain: Chain::Color(ColorPlan {
+                stored: s,
+                model,
+                planar,
+                subsampled,
+            }),
+        });
+    }
+    v
+}
+
+#[test]
+fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
+    if gpu_or_skip("gpu_every_strategy_matches_the_cpu_reference_bit_for_bit").is_none() {
+        return;
+    }
+    let plans = plans();
+    let mut cpu = CpuRenderer::default();
+    for transfer in [Transfer::ZeroCopy, Transfer::Pinned, Transfer::Pageable] {
+        let settings = Settings {
+            transfer,
+            gpus: dicomflow::config::GpuSelection::List(vec![0]),
+            ..Settings::default()
+        };
+        let backend = CudaBackend::new(&settings, "test").expect("CUDA backend");
+        let mut worker = backend.worker(0).unwrap();
+        let pool = SlotPool::new(2, 0, 0, backend.allocator()).unwrap();
+        let mut mismatches = Vec::new();
+        for (i, plan) in plans.iter().enumerate() {
+            let input = noise(i as u64 + 1, plan.input_bytes());
+            let mut expected = vec![0u8; plan.output_bytes()];
+            cpu.render_bytes(plan, &input, &mut expected).unwrap();
+            let mut slot = pool.take().unwrap();
+            slot.reserve(plan.input_bytes(), plan.output_bytes())
+                .unwrap();
+            slot.input
+                .bytes_mut(plan.input_bytes())
+                .copy_from_slice(&input);
+            slot.output.bytes_mut(plan.output_bytes()).fill(0xAA);
+            worker.render(plan, &mut slot).unwrap();
+            let got = slot.output.bytes(plan.output_bytes());
+            let diff = got.iter().zip(&expected).filter(|(a, b)| a != b).count();
+            if diff > 0 {
+                mismatches.push(format!(
+                    "{transfer:?} plan {i} ({:?}): {diff} bytes differ",
+                    plan.chain
+                ));
+            }
+            pool.give_back(slot);
+        }
+        assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+        eprintln!(
+            "{transfer:?}: {} plans bit-exact with the CPU reference",
+            plans.len()
+        );
+    }
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    assert!(
+        out.status.code() == Some(0),
+        "dicomflow {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn outputs(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut v = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "png") {
+                let img = image::open(&p).unwrap().into_bytes();
+                v.push((p.strip_prefix(dir).unwrap().to_path_buf(), img));
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+#[test]
+fn gpu_conformance_fixtures_match_the_cpu_for_every_strategy() {
+    if gpu_or_skip("gpu_conformance_fixtures_match_the_cpu_for_every_strategy").is_none() {
+        return;
+    }
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
+    let root = tempdir("conformance");
+    let cpu_out = root.join("cpu");
+    let f = fixtures.to_str().unwrap();
+    run(&[
+        "run",
+        f,
+        "-o",
+        cpu_out.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+        "--backend",
+        "cpu",
+    ]);
+    let expected = outputs(&cpu_out);
+    assert!(!expected.is_empty(), "no conformance fixtures rendered");
+    for transfer in ["zero-copy", "pinned", "pageable"] {
+        let out = root.join(transfer);
+        run(&[
+            "run",
+            f,
+            "-o",
+            out.to_str().unwrap(),
+            "-q",
+            "--no-tui",
+            "--backend",
+            "cuda",
+            "--transfer",
+            transfer,
+        ]);
+        let got = outputs(&out);
+        assert_eq!(got.len(), expected.len(), "{transfer}: output count");
+        for ((p, a), (_, b)) in got.iter().zip(&expected) {
+            assert!(
+                a == b,
+                "{transfer}: {} differs from the CPU backend",
+                p.display()
+            );
+        }
+        eprintln!(
+            "{transfer}: {} fixture outputs identical to the CPU backend",
+            got.len()
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn gpu_second_process_start_uses_the_kernel_cache() {
+    if gpu_or_skip("gpu_second_process_start_uses_the_kernel_cache").is_none() {
+        return;
+    }
+    let root = tempdir("cache");
+    let input = root.join("in");
+    run(&[
+        "synth",
+        input.to_str().unwrap(),
+        "--size",
+        "64",
+        "--slices",
+        "2",
+        "-q",
+    ]);
+    let cache = root.join("kernel-cache");
+    let mut reasons = Vec::new();
+    for i in 0..2 {
+        let cfg = root.join("c.toml");
+        std::fs::write(
+            &cfg,
+            format!("[gpu]\nkernel_cache = \"{}\"\n", cache.display()),
+        )
+        .unwrap();
+        let report = root.join(format!("r{i}.json"));
+        run(&[
+            "run",
+            input.to_str().unwrap(),
+            "-o",
+            root.join("out").to_str().unwrap(),
+            "-c",
+            cfg.to_str().unwrap(),
+            "--backend",
+            "cuda",
+            "-q",
+            "--no-tui",
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        reasons.push(
+            r["result"]["backend"]["reason"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert!(
+        reasons[0].contains("compiled"),
+        "first start: {}",
+        reasons[0]
+    );
+    assert!(
+        reasons[1].contains("cache hit"),
+        "second start: {}",
+        reasons[1]
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn gpu_all_devices_share_the_work_with_identical_output() {
+    let Some(n) = gpu_or_skip("gpu_all_devices_share_the_work_with_identical_output") else {
+        return;
+    };
+    if n < 2 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipping gpu_all_devices_share_the_work_with_identical_output: {n} GPU(s), need 2"
+        );
+        return;
+    }
+    let root = tempdir("multi");
+    let input = root.join("in");
+    run(&[
+        "synth",
+        input.to_str().unwrap(),
+        "--size",
+        "256",
+        "--slices",
+        "64",
+        "-q",
+    ]);
+    let one = root.join("one");
+    let all = root.join("all");
+    let report = root.join("r.json");
+    let i = input.to_str().unwrap();
+    run(&[
+        "run",
+        i,
+        "-o",
+        one.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+        "--backend",
+        "cuda",
+        "--gpus",
+        "0",
+    ]);
+    run(&[
+        "run",
+        i,
+        "-o",
+        all.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+        "--backend",
+        "cuda",
+        "--gpus",
+        "all",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(outputs(&one), outputs(&all));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let per_device = &r["result"]["frames_per_device"];
+    eprintln!("frames per device: {per_device}");
+    let counts: Vec<u64> = per_device
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(
+        counts.len() >= 2 && counts.iter().all(|&c| c > 0),
+        "{per_device}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
