@@ -29,6 +29,32 @@ pub enum Command {
     Synth(SynthArgs),
     /// Show what will be rendered for one file and how.
     Inspect(InspectArgs),
+    /// Benchmarks that print a table.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// GPU transfer strategies (pageable / pinned / zero-copy) per slice, against the PCIe
+    /// ceiling measured in the same run.
+    Transfer(TransferArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    /// Square slice sizes.
+    #[arg(long, value_delimiter = ',', default_value = "512,2000,4096")]
+    pub sizes: Vec<u32>,
+    /// Iterations per measurement.
+    #[arg(long, default_value_t = 50)]
+    pub iters: usize,
+    /// Stream counts for the sustained runs.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
+    pub streams: Vec<usize>,
+    /// Device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
 }
 
 #[derive(Debug, Args)]

@@ -110,6 +110,17 @@ fn run(cli: Cli) -> Result<i32, FatalError> {
             }
             Ok(0)
         }
+        Command::Bench(cli::BenchCommand::Transfer(a)) => {
+            let opts = dicomflow::backend::cuda::bench::TransferBenchOptions {
+                sizes: a.sizes,
+                iters: a.iters.max(3),
+                streams: a.streams,
+                device: a.device,
+            };
+            let table = dicomflow::backend::cuda::bench::run(&opts).map_err(FatalError::Backend)?;
+            print!("{table}");
+            Ok(0)
+        }
         Command::Inspect(a) => {
             let window = a
                 .window

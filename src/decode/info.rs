@@ -101,7 +101,10 @@ pub struct ImageInfo {
     pub bits_stored: u16,
     pub high_bit: u16,
     pub signed: bool,
+    /// What the slot holds after decoding (a codec may have converted colour).
     pub photometric: Photometric,
+    /// What the header says.
+    pub stored_photometric: Photometric,
     /// 0 = interleaved (RGBRGB...), 1 = planar (RR..GG..BB..).
     pub planar_configuration: u16,
     /// Native YBR_FULL_422 / YBR_PARTIAL_422: two samples per pixel (Y1 Y2 Cb Cr per pair).
@@ -316,6 +319,7 @@ impl ImageInfo {
             high_bit: high_bit as u16,
             signed,
             photometric,
+            stored_photometric: photometric,
             planar_configuration: opt_int(obj, tags::PLANAR_CONFIGURATION).unwrap_or(0) as u16,
             subsampled_422: matches!(
                 photometric,
@@ -361,13 +365,25 @@ fn req_u32(obj: &InMemDicomObject, tag: Tag, name: &str) -> Result<u32, String> 
     match opt_int(obj, tag) {
         Some(v) if (0..=u32::MAX as i64).contains(&v) => Ok(v as u32),
         Some(v) => Err(format!("{name} = {v} is out of range")),
+        None if obj.get(tag).is_some() => Err(format!("{name} is unreadable")),
         None => Err(format!("{name} is missing")),
     }
 }
 
 /// An integer attribute, or `None` when absent, empty or unreadable.
 pub(crate) fn opt_int(obj: &InMemDicomObject, tag: Tag) -> Option<i64> {
-    obj.get(tag).and_then(|e| e.to_int::<i64>().ok())
+    let e = obj.get(tag)?;
+    if let Value::Primitive(dicom_core::PrimitiveValue::U8(bytes)) = e.value() {
+        // Raw bytes (a binary VR such as OB or UN where US/UL belongs): dicom-rs would take
+        // the first byte alone (Rows = 512 as UN reads as 0). Only a 2- or 4-byte value is
+        // an integer; anything else is unreadable.
+        return match bytes.len() {
+            2 => Some(u16::from_le_bytes([bytes[0], bytes[1]]) as i64),
+            4 => Some(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as i64),
+            _ => None,
+        };
+    }
+    e.to_int::<i64>().ok()
 }
 
 /// A text attribute with padding removed, or `None` when absent or empty.

@@ -6,6 +6,9 @@
 //! through dicom-rs's codecs (one decode into a reusable buffer, one copy into the slot).
 
 pub mod fragments;
+mod guard;
+pub mod jpeg;
+pub mod jpegls;
 pub mod info;
 mod native;
 pub mod probe;
@@ -54,6 +57,10 @@ fn native_byte_order(ts: &str) -> Option<bool /* big endian */> {
     }
 }
 
+fn is_deflate(ts: &str) -> bool {
+    ts == "1.2.840.10008.1.2.1.99"
+}
+
 /// Where a file's pixel data will come from.
 enum PixelSource {
     /// Native pixel data at a known file offset, read straight into slots.
@@ -86,6 +93,9 @@ pub struct DecodeLimits {
 impl ImageFile {
     /// Opens a file found by [`probe`] to be DICOM, reading its header (not its pixels).
     pub fn open(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<ImageFile, DecodeError> {
+        // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
+        // the stack (an abort, not a catchable panic): refuse them before it parses.
+        guard::check_structure(path, &kind).map_err(fail)?;
         let (header, ts, bare) = match kind {
             Probe::FileMeta => {
                 let obj = OpenFileOptions::new()
@@ -139,7 +149,10 @@ impl ImageFile {
                 if sop.is_empty() { "unknown" } else { &sop }
             )));
         }
-        let info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
+        let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
+        if native_byte_order(&info.transfer_syntax).is_none() && !is_deflate(&info.transfer_syntax) {
+            codec_output_layout(&mut info);
+        }
         let frame_bytes = info.frame_bytes();
         if frame_bytes > limits.max_frame_bytes {
             return Err(fail(format!(
@@ -168,7 +181,9 @@ impl ImageFile {
             }
             _ => {
                 if !bare {
-                    check_decodable(&info.transfer_syntax)?;
+                    if OwnCodec::of(&info.transfer_syntax).is_none() {
+                        check_decodable(&info.transfer_syntax)?;
+                    }
                     PixelSource::Object(Box::new(open_full(path)?))
                 } else {
                     // A bare data set: parse it whole through the collector path.
@@ -176,6 +191,9 @@ impl ImageFile {
                 }
             }
         };
+        if let PixelSource::Object(obj) = &source {
+            guard::check_pixel_data(obj, &info)?;
+        }
         Ok(ImageFile {
             path: path.to_path_buf(),
             info,
@@ -218,6 +236,9 @@ impl ImageFile {
                     .transfer_syntax()
                     .trim_end_matches('\0')
                     .to_string();
+                if let Some(codec) = OwnCodec::of(&ts_uid) {
+                    return decode_own(codec, obj, &self.info, frame, dst, scratch);
+                }
                 let ts = TransferSyntaxRegistry
                     .get(&ts_uid)
                     .ok_or_else(|| format!("unknown transfer syntax {ts_uid}"))?;
@@ -280,6 +301,148 @@ impl ImageFile {
     pub fn is_direct(&self) -> bool {
         matches!(self.source, PixelSource::Native { .. })
     }
+}
+
+/// Codecs dicomflow implements itself (bit-exact with DCMTK, pure Rust).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnCodec {
+    /// JPEG baseline / extended (8 and 12 bit), IJG-exact.
+    Jpeg,
+    JpegLs,
+}
+
+impl OwnCodec {
+    fn of(ts: &str) -> Option<OwnCodec> {
+        match ts {
+            JPEG_BASELINE | JPEG_EXTENDED => Some(OwnCodec::Jpeg),
+            JPEG_LS_LOSSLESS | JPEG_LS_NEAR_LOSSLESS => Some(OwnCodec::JpegLs),
+            _ => None,
+        }
+    }
+}
+
+const JPEG_BASELINE: &str = "1.2.840.10008.1.2.4.50";
+const JPEG_EXTENDED: &str = "1.2.840.10008.1.2.4.51";
+const JPEG_LS_LOSSLESS: &str = "1.2.840.10008.1.2.4.80";
+const JPEG_LS_NEAR_LOSSLESS: &str = "1.2.840.10008.1.2.4.81";
+
+/// Decodes frame `frame` of encapsulated pixel data with one of dicomflow's own codecs.
+fn decode_own(
+    codec: OwnCodec,
+    obj: &DefaultDicomObject,
+    info: &ImageInfo,
+    frame: u32,
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    let elem = obj.get(tags::PIXEL_DATA).ok_or("Pixel Data is missing")?;
+    let dicom_core::value::Value::PixelSequence(seq) = elem.value() else {
+        return Err("compressed transfer syntax but Pixel Data is not encapsulated".into());
+    };
+    let fragments: Vec<Vec<u8>> = seq.fragments().iter().map(|f| f.to_vec()).collect();
+    let mut stream = Vec::new();
+    fragments::frame_bytes(seq.offset_table(), &fragments, info.frames, frame, &mut stream)?;
+    // The frame header's dimensions must agree with the DICOM header (already checked against
+    // the frame-size limit) before a decoder allocates anything.
+    match sof_dimensions(&stream) {
+        Some((w, h, c)) if (w, h, c) == (info.cols, info.rows, info.samples_per_pixel as u32) => {}
+        Some((w, h, c)) => {
+            return Err(format!(
+                "codestream is {w}x{h}x{c}, the header says {}x{}x{}",
+                info.cols, info.rows, info.samples_per_pixel
+            ))
+        }
+        None => return Err("no frame header (SOF) in the compressed frame".into()),
+    }
+    let (width, height, components, bytes_per_sample) = match codec {
+        OwnCodec::Jpeg => {
+            // DCMTK converts YCbCr to RGB exactly when the header says YBR (its +cp default).
+            use info::Photometric as P;
+            let convert = matches!(info.stored_photometric, P::YbrFull | P::YbrFull422 | P::YbrPartial422);
+            let img = jpeg::decode(&stream, convert, scratch).map_err(|e| format!("JPEG: {e}"))?;
+            (img.width, img.height, img.components as u32, if img.precision <= 8 { 1 } else { 2 })
+        }
+        OwnCodec::JpegLs => {
+            let img = jpegls::decode(&stream, scratch).map_err(|e| format!("JPEG-LS: {e}"))?;
+            (img.width, img.height, img.components as u32, if img.bits <= 8 { 1 } else { 2 })
+        }
+    };
+    if width != info.cols || height != info.rows || components != info.samples_per_pixel as u32 {
+        return Err(format!(
+            "codestream is {width}x{height}x{components}, the header says {}x{}x{}",
+            info.cols, info.rows, info.samples_per_pixel
+        ));
+    }
+    place_samples(scratch, bytes_per_sample, dst, info.bits_allocated as usize / 8)
+}
+
+/// Width, height and component count from a JPEG or JPEG-LS frame header, scanning marker
+/// segments from SOI.
+fn sof_dimensions(data: &[u8]) -> Option<(u32, u32, u32)> {
+    if data.get(0..2)? != [0xff, 0xd8] {
+        return None;
+    }
+    let mut pos = 2;
+    loop {
+        while *data.get(pos)? != 0xff {
+            pos += 1;
+        }
+        while *data.get(pos)? == 0xff {
+            pos += 1;
+        }
+        let marker = *data.get(pos)?;
+        pos += 1;
+        if matches!(marker, 0x01 | 0xd0..=0xd7) {
+            continue; // no length
+        }
+        let len = u16::from_be_bytes([*data.get(pos)?, *data.get(pos + 1)?]) as usize;
+        let is_sof = matches!(marker, 0xc0..=0xc3 | 0xc5..=0xc7 | 0xc9..=0xcb | 0xcd..=0xcf | 0xf7);
+        if is_sof {
+            let h = u16::from_be_bytes([*data.get(pos + 3)?, *data.get(pos + 4)?]) as u32;
+            let w = u16::from_be_bytes([*data.get(pos + 5)?, *data.get(pos + 6)?]) as u32;
+            let c = *data.get(pos + 7)? as u32;
+            return Some((w, h, c));
+        }
+        if marker == 0xda || len < 2 {
+            return None; // scan data before a frame header
+        }
+        pos += len;
+    }
+}
+
+/// Copies decoded samples into the slot, widening 8-bit samples into a 16-bit container.
+fn place_samples(src: &[u8], src_bytes: usize, dst: &mut [u8], dst_bytes: usize) -> Result<(), String> {
+    let samples = dst.len() / dst_bytes.max(1);
+    if src.len() < samples * src_bytes {
+        return Err(format!("decoder produced {} bytes, expected {}", src.len(), samples * src_bytes));
+    }
+    match (src_bytes, dst_bytes) {
+        (a, b) if a == b => dst.copy_from_slice(&src[..dst.len()]),
+        (1, 2) => {
+            for (d, &s) in dst.chunks_exact_mut(2).zip(src) {
+                d.copy_from_slice(&(s as u16).to_ne_bytes());
+            }
+        }
+        (a, b) => return Err(format!("decoded {}-bit samples do not fit {}-bit storage", 8 * a, 8 * b)),
+    }
+    Ok(())
+}
+
+/// Encapsulated pixel data leaves the codec interleaved; JPEG 2000's colour transforms and
+/// DCMTK's YCbCr→RGB conversion of JPEG data (when the header says YBR) leave RGB.
+fn codec_output_layout(info: &mut ImageInfo) {
+    use info::Photometric as P;
+    info.planar_configuration = 0;
+    info.subsampled_422 = false;
+    let ts = info.transfer_syntax.as_str();
+    let jpeg_dct = matches!(ts, "1.2.840.10008.1.2.4.50" | "1.2.840.10008.1.2.4.51");
+    let j2k = ts.starts_with("1.2.840.10008.1.2.4.9") || ts.starts_with("1.2.840.10008.1.2.4.20");
+    info.photometric = match info.photometric {
+        P::YbrIct | P::YbrRct => P::Rgb,
+        P::YbrFull | P::YbrFull422 | P::YbrPartial422 if jpeg_dct => P::Rgb,
+        P::YbrFull422 | P::YbrPartial422 if j2k => P::Rgb,
+        other => other,
+    };
 }
 
 enum HeaderObject {

@@ -6,6 +6,7 @@
 //! Nothing in this module touches the driver before [`driver::probe`] succeeded: on a machine
 //! without libcuda, `auto` quietly picks the CPU and `cuda` is a clear error.
 
+pub mod bench;
 pub mod driver;
 pub mod nvrtc;
 pub mod pinned;

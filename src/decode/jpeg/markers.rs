@@ -24,10 +24,10 @@ pub(super) const RST7: u8 = 0xD7;
 /// Zigzag position → natural (row-major) position, with IJG's 16 extra entries of 63 so that
 /// a corrupt run length past the end of a block lands on the last coefficient.
 pub(super) const NATURAL_ORDER: [u8; 80] = [
-    0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27,
-    20, 13, 6, 7, 14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58,
-    59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63,
-    63, 63, 63, 63, 63, 63, 63, 63,
+    0, 1, 8, 16, 9, 2, 3, 10, 17, 24, 32, 25, 18, 11, 4, 5, 12, 19, 26, 33, 40, 48, 41, 34, 27, 20,
+    13, 6, 7, 14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51, 58, 59,
+    52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+    63, 63, 63, 63, 63, 63,
 ];
 
 /// IJG's JPEG_MAX_DIMENSION.
@@ -138,7 +138,9 @@ fn check_sof_type(m: u8) -> Result<()> {
         0xC2 | 0xCA => err("unsupported: progressive JPEG"),
         0xC3 | 0xCB => err("unsupported: lossless JPEG (use the lossless decoder)"),
         0xC9 => err("unsupported: arithmetic-coded JPEG"),
-        _ => err(format!("unsupported: hierarchical/differential JPEG (SOF marker 0x{m:02X})")),
+        _ => err(format!(
+            "unsupported: hierarchical/differential JPEG (SOF marker 0x{m:02X})"
+        )),
     }
 }
 
@@ -160,7 +162,9 @@ pub(super) fn read_sof(cur: &mut Cursor, marker: u8) -> Result<FrameHeader> {
         return err("bad SOF segment length");
     }
     if precision != 8 && precision != 12 {
-        return err(format!("unsupported: {precision}-bit lossy JPEG (only 8 and 12)"));
+        return err(format!(
+            "unsupported: {precision}-bit lossy JPEG (only 8 and 12)"
+        ));
     }
     if n > 4 {
         return err(format!("unsupported: {n} components (at most 4)"));
@@ -179,7 +183,12 @@ pub(super) fn read_sof(cur: &mut Cursor, marker: u8) -> Result<FrameHeader> {
         }
         comps.push(ComponentSpec { id, h, v, tq });
     }
-    Ok(FrameHeader { precision, width, height, comps })
+    Ok(FrameHeader {
+        precision,
+        width,
+        height,
+        comps,
+    })
 }
 
 /// IJG `get_sos`. Ss, Se, Ah and Al are read but ignored: IJG only warns when a sequential
@@ -201,7 +210,11 @@ pub(super) fn read_sos(cur: &mut Cursor, frame: &super::Frame) -> Result<ScanHea
         if comps.iter().any(|c| c.index == index) {
             return err(format!("component {cid} appears twice in one scan"));
         }
-        comps.push(ScanComponent { index, dc: tables >> 4, ac: tables & 15 });
+        comps.push(ScanComponent {
+            index,
+            dc: tables >> 4,
+            ac: tables & 15,
+        });
     }
     cur.skip(3)?; // Ss, Se, Ah/Al
     Ok(ScanHeader { comps })
@@ -254,9 +267,17 @@ fn read_dht(cur: &mut Cursor, tables: &mut Tables) -> Result<()> {
             vals.push(cur.byte()?);
         }
         length -= count as i64;
-        let (slot, is_ac) = if index & 0x10 != 0 { (index - 0x10, true) } else { (index, false) };
+        let (slot, is_ac) = if index & 0x10 != 0 {
+            (index - 0x10, true)
+        } else {
+            (index, false)
+        };
         let spec = HuffSpec { bits, vals };
-        let target = if is_ac { &mut tables.ac } else { &mut tables.dc };
+        let target = if is_ac {
+            &mut tables.ac
+        } else {
+            &mut tables.dc
+        };
         match target.get_mut(usize::from(slot)) {
             Some(t) => *t = Some(spec),
             None => return err(format!("bad DHT table index {index}")),
@@ -279,7 +300,11 @@ fn read_dqt(cur: &mut Cursor, quant: &mut [Option<[u16; 64]>; 4]) -> Result<()> 
         };
         let mut table = [0u16; 64];
         for &pos in NATURAL_ORDER.iter().take(64) {
-            let value = if wide { cur.u16()? } else { u16::from(cur.byte()?) };
+            let value = if wide {
+                cur.u16()?
+            } else {
+                u16::from(cur.byte()?)
+            };
             if let Some(t) = table.get_mut(usize::from(pos)) {
                 *t = value;
             }

@@ -1,0 +1,403 @@
+//! `dicomflow bench transfer`: how long one 16-bit slice takes to become 8-bit pixels on this
+//! machine's GPU for each way of moving it — pageable copies, pinned async copies, zero-copy
+//! mapped slots, zero-copy with a write-combined input — for a single slice and for a sustained
+//! stream of slices on several streams, beside the PCIe ceiling measured in the same run with
+//! large pinned copies. The kernel is the production table-apply kernel.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::driver::{self, Args, CudaError, Device, DeviceBuffer, Event, Function, Module, Stream};
+use super::nvrtc;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct TransferBenchOptions {
+    /// Square slice sizes.
+    pub sizes: Vec<u32>,
+    /// Iterations per measurement.
+    pub iters: usize,
+    /// Stream counts for the sustained runs.
+    pub streams: Vec<usize>,
+    pub device: usize,
+}
+
+/// Host memory for the benchmark: page-locked (mapped) or ordinary.
+struct HostMem {
+    ptr: *mut u8,
+    dptr: u64,
+    len: usize,
+    pinned: bool,
+    _heap: Vec<u8>,
+}
+
+impl HostMem {
+    fn pinned(len: usize, write_combined: bool) -> Result<HostMem, CudaError> {
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        let mut flags = cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP | cudarc::driver::sys::CU_MEMHOSTALLOC_PORTABLE;
+        if write_combined {
+            flags |= cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+        }
+        // SAFETY: out pointer valid; freed in Drop.
+        driver::check("cuMemHostAlloc", unsafe { cudarc::driver::sys::cuMemHostAlloc(&mut p, len, flags) })?;
+        let mut dptr = 0;
+        // SAFETY: p is mapped memory.
+        driver::check("cuMemHostGetDevicePointer", unsafe {
+            cudarc::driver::sys::cuMemHostGetDevicePointer_v2(&mut dptr, p, 0)
+        })?;
+        Ok(HostMem {
+            ptr: p as *mut u8,
+            dptr,
+            len,
+            pinned: true,
+            _heap: Vec::new(),
+        })
+    }
+
+    fn pageable(len: usize) -> HostMem {
+        let mut v = vec![0u8; len];
+        HostMem {
+            ptr: v.as_mut_ptr(),
+            dptr: 0,
+            len,
+            pinned: false,
+            _heap: v,
+        }
+    }
+
+    fn fill(&mut self, seed: u16) {
+        // SAFETY: ptr valid for len bytes, exclusively owned.
+        let s = unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u16, self.len / 2) };
+        for (i, v) in s.iter_mut().enumerate() {
+            *v = ((i as u32).wrapping_mul(2654435761) >> 20) as u16 ^ seed;
+        }
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        if self.pinned {
+            // SAFETY: allocated by cuMemHostAlloc, freed once.
+            unsafe { driver::free_host(self.ptr) };
+        }
+    }
+}
+
+struct Ctx {
+    device: Arc<Device>,
+    _module: Arc<Module>,
+    apply: Function,
+    /// Threads per group of 8 pixels divisor: 1 for gray_apply_u16, V for the _xV variants.
+    per_thread: u64,
+    /// Fixed grid (bulk-copy kernel), else derived from the pixel count.
+    grid: Option<u32>,
+    table: DeviceBuffer,
+}
+
+fn e(err: CudaError) -> String {
+    err.to_string()
+}
+
+fn launch_apply(ctx: &Ctx, stream: &Stream, input: u64, output: u64, pixels: u64) -> Result<(), CudaError> {
+    let args = Args::default()
+        .u64(input)
+        .u64(output)
+        .u64(pixels)
+        .u32(0)
+        .u32(0x0fff)
+        .u64(ctx.table.ptr());
+    let groups = pixels.div_ceil(8).div_ceil(ctx.per_thread);
+    let grid = ctx
+        .grid
+        .unwrap_or_else(|| groups.div_ceil(256).clamp(1, 65535 * 8) as u32);
+    driver::launch(ctx.apply, grid, 256, 0, stream, args)
+}
+
+/// Best-of-`iters` GB/s of one large copy direction.
+fn ceiling(ctx: &Ctx, stream: &Arc<Stream>, iters: usize, to_device: bool) -> Result<f64, CudaError> {
+    let len = 256usize << 20;
+    let host = HostMem::pinned(len, false)?;
+    let dev = DeviceBuffer::alloc(stream, len)?;
+    let (a, b) = (Event::new(&ctx.device)?, Event::new(&ctx.device)?);
+    let mut best = f64::INFINITY;
+    for _ in 0..iters.max(3) {
+        a.record(stream)?;
+        // SAFETY: host and dev hold len bytes; synchronized below.
+        unsafe {
+            if to_device {
+                driver::copy_htod_async(dev.ptr(), host.ptr, len, stream)?;
+            } else {
+                driver::copy_dtoh_async(host.ptr, dev.ptr(), len, stream)?;
+            }
+        }
+        b.record(stream)?;
+        b.synchronize()?;
+        best = best.min(Event::elapsed_ms(&a, &b)? as f64);
+    }
+    Ok(len as f64 / (best / 1e3) / 1e9)
+}
+
+/// One measured configuration.
+struct Row {
+    size: u32,
+    strategy: &'static str,
+    mode: String,
+    ms: f64,
+    bytes: usize,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Single-slice latency (median of `iters`): everything from the stored values on the host to
+/// 8-bit pixels on the host, synchronized.
+fn single(ctx: &Ctx, stream: &Arc<Stream>, n: u32, iters: usize, strategy: &str) -> Result<f64, CudaError> {
+    let pixels = n as usize * n as usize;
+    let (in_len, out_len) = (pixels * 2, pixels);
+    let mut times = Vec::with_capacity(iters);
+    match strategy {
+        "pageable" => {
+            let mut hin = HostMem::pageable(in_len);
+            hin.fill(1);
+            let hout = HostMem::pageable(out_len);
+            let din = DeviceBuffer::alloc(stream, in_len)?;
+            let dout = DeviceBuffer::alloc(stream, out_len)?;
+            stream.synchronize()?;
+            for _ in 0..iters {
+                let t = Instant::now();
+                // SAFETY: buffers hold the lengths copied.
+                unsafe { driver::copy_htod(din.ptr(), hin.ptr, in_len)? };
+                launch_apply(ctx, stream, din.ptr(), dout.ptr(), pixels as u64)?;
+                stream.synchronize()?;
+                // SAFETY: as above.
+                unsafe { driver::copy_dtoh(hout.ptr, dout.ptr(), out_len)? };
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        "pinned" => {
+            let mut hin = HostMem::pinned(in_len, false)?;
+            hin.fill(2);
+            let hout = HostMem::pinned(out_len, false)?;
+            let din = DeviceBuffer::alloc(stream, in_len)?;
+            let dout = DeviceBuffer::alloc(stream, out_len)?;
+            stream.synchronize()?;
+            for _ in 0..iters {
+                let t = Instant::now();
+                // SAFETY: pinned buffers hold the lengths; synchronized below.
+                unsafe {
+                    driver::copy_htod_async(din.ptr(), hin.ptr, in_len, stream)?;
+                }
+                launch_apply(ctx, stream, din.ptr(), dout.ptr(), pixels as u64)?;
+                // SAFETY: as above.
+                unsafe { driver::copy_dtoh_async(hout.ptr, dout.ptr(), out_len, stream)? };
+                stream.synchronize()?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        "zero-copy" | "zero-copy wc-in" => {
+            let mut hin = HostMem::pinned(in_len, strategy == "zero-copy wc-in")?;
+            hin.fill(3);
+            let hout = HostMem::pinned(out_len, false)?;
+            for _ in 0..iters {
+                let t = Instant::now();
+                launch_apply(ctx, stream, hin.dptr, hout.dptr, pixels as u64)?;
+                stream.synchronize()?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        _ => {}
+    }
+    Ok(median(times))
+}
+
+/// Sustained throughput: `total` slices spread over `streams` streams, two slot pairs per
+/// stream, no synchronization until the end. Returns ms per slice.
+fn sustained(ctx: &Ctx, n: u32, total: usize, streams: usize, strategy: &str) -> Result<f64, CudaError> {
+    let pixels = n as usize * n as usize;
+    let (in_len, out_len) = (pixels * 2, pixels);
+    let ss: Vec<Arc<Stream>> = (0..streams).map(|_| Stream::new(&ctx.device)).collect::<Result<_, _>>()?;
+    let pairs = 2 * streams;
+    let mut hin = Vec::new();
+    let mut hout = Vec::new();
+    let mut din = Vec::new();
+    let mut dout = Vec::new();
+    for i in 0..pairs {
+        let mut h = HostMem::pinned(in_len, false)?;
+        h.fill(i as u16);
+        hin.push(h);
+        hout.push(HostMem::pinned(out_len, false)?);
+        if strategy == "pinned" {
+            din.push(DeviceBuffer::alloc(&ss[i % streams], in_len)?);
+            dout.push(DeviceBuffer::alloc(&ss[i % streams], out_len)?);
+        }
+    }
+    for s in &ss {
+        s.synchronize()?;
+    }
+    let run = |count: usize| -> Result<(), CudaError> {
+        for i in 0..count {
+            let s = &ss[i % streams];
+            let p = i % pairs;
+            if strategy == "pinned" {
+                // SAFETY: buffers hold the lengths; all streams are synchronized before reuse
+                // across iterations completes (same stream reuses the same pair in order).
+                unsafe { driver::copy_htod_async(din[p].ptr(), hin[p].ptr, in_len, s)? };
+                launch_apply(ctx, s, din[p].ptr(), dout[p].ptr(), pixels as u64)?;
+                // SAFETY: as above.
+                unsafe { driver::copy_dtoh_async(hout[p].ptr, dout[p].ptr(), out_len, s)? };
+            } else {
+                launch_apply(ctx, s, hin[p].dptr, hout[p].dptr, pixels as u64)?;
+            }
+        }
+        for s in &ss {
+            s.synchronize()?;
+        }
+        Ok(())
+    };
+    run(pairs)?; // warm up
+    let t = Instant::now();
+    run(total)?;
+    Ok(t.elapsed().as_secs_f64() * 1e3 / total as f64)
+}
+
+/// CPU memcpy speed into plain pinned vs write-combined memory (GB/s), since the loader writes
+/// every slot.
+fn cpu_fill_speed(len: usize) -> Result<(f64, f64), CudaError> {
+    let src = vec![7u8; len];
+    let mut out = [0.0; 2];
+    for (k, wc) in [false, true].into_iter().enumerate() {
+        let h = HostMem::pinned(len, wc)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..5 {
+            let t = Instant::now();
+            // SAFETY: h.ptr holds len bytes; src is len bytes; no overlap.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), h.ptr, len) };
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        out[k] = len as f64 / best / 1e9;
+    }
+    Ok((out[0], out[1]))
+}
+
+/// Runs the benchmark and returns the table as text.
+pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
+    driver::probe()?;
+    let device = Device::open(opts.device).map_err(e)?;
+    let cache = nvrtc::cache_dir(None);
+    let (image, _) = nvrtc::module_image(device.compute_capability, &cache)?;
+    let module = Module::load(&device, &image).map_err(e)?;
+    let apply = module.function(c"gray_apply_u16").map_err(e)?;
+    let stream = Stream::new(&device).map_err(e)?;
+    let table = DeviceBuffer::alloc(&stream, 4096).map_err(e)?;
+    let host_table: Vec<u8> = (0..4096u32).map(|i| (i >> 4) as u8).collect();
+    stream.synchronize().map_err(e)?;
+    // SAFETY: table holds 4096 bytes.
+    unsafe { driver::copy_htod(table.ptr(), host_table.as_ptr(), 4096).map_err(e)? };
+    let mut ctx = Ctx {
+        device: device.clone(),
+        _module: module.clone(),
+        apply,
+        per_thread: 1,
+        grid: None,
+        table,
+    };
+    let h2d = ceiling(&ctx, &stream, opts.iters.min(10), true).map_err(e)?;
+    let d2h = ceiling(&ctx, &stream, opts.iters.min(10), false).map_err(e)?;
+    let (fill_plain, fill_wc) = cpu_fill_speed(64 << 20).map_err(e)?;
+
+    let mut rows = Vec::new();
+    for &n in &opts.sizes {
+        let bytes = n as usize * n as usize * 3;
+        for strategy in ["pageable", "pinned", "zero-copy", "zero-copy wc-in"] {
+            let ms = single(&ctx, &stream, n, opts.iters, strategy).map_err(e)?;
+            rows.push(Row {
+                size: n,
+                strategy,
+                mode: "single".into(),
+                ms,
+                bytes,
+            });
+        }
+        for &s in &opts.streams {
+            for strategy in ["pinned", "zero-copy"] {
+                let total = (opts.iters * 4).max(4 * s);
+                let ms = sustained(&ctx, n, total, s, strategy).map_err(e)?;
+                rows.push(Row {
+                    size: n,
+                    strategy,
+                    mode: format!("sustained {s} stream{}", if s == 1 { "" } else { "s" }),
+                    ms,
+                    bytes,
+                });
+            }
+        }
+    }
+
+    // The production kernel beside read-only and write-only probes of the same shape on the
+    // sustained zero-copy path: what mapped reads and writes reach alone on this bus.
+    let n = opts.sizes.iter().copied().find(|&s| s == 2000).unwrap_or(opts.sizes[0]);
+    let s = opts.streams.iter().copied().max().unwrap_or(1);
+    let mut variants = Vec::new();
+    // Measured and dropped (BENCHMARKS.md): two or four loads in flight per thread, and
+    // cp.async.bulk copies into shared memory, were no faster than gray_apply_u16.
+    for (name, per_thread, grid) in [
+        ("gray_apply_u16", 1u64, None::<u32>),
+        ("probe_read_u16", 1, None),
+        ("probe_write_u16", 1, None),
+    ] {
+        let cname = std::ffi::CString::new(name).map_err(|_| "kernel name")?;
+        let f = module.function(Box::leak(cname.into_boxed_c_str())).map_err(e)?;
+        ctx.apply = f;
+        ctx.per_thread = per_thread;
+        ctx.grid = grid;
+        let total = (opts.iters * 4).max(4 * s);
+        let ms = sustained(&ctx, n, total, s, "zero-copy").map_err(e)?;
+        variants.push((name.to_string(), ms));
+    }
+
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "dicomflow bench transfer — GPU {}: {} (sm_{}{}), {} iterations",
+        device.ordinal, device.name, device.compute_capability.0, device.compute_capability.1, opts.iters
+    );
+    let _ = writeln!(
+        out,
+        "ceiling (pinned 256 MiB copies, best of run): H2D {h2d:.1} GB/s, D2H {d2h:.1} GB/s; \
+         CPU fill of pinned memory {fill_plain:.1} GB/s, write-combined {fill_wc:.1} GB/s"
+    );
+    let _ = writeln!(
+        out,
+        "{:<11} {:<16} {:<20} {:>10} {:>9} {:>12} {:>9}",
+        "slice", "strategy", "mode", "ms/slice", "GB/s", "PCIe bound", "ratio"
+    );
+    for r in &rows {
+        let px = r.size as f64 * r.size as f64;
+        let bound_ms = (px * 2.0 / (h2d * 1e9)).max(px / (d2h * 1e9)) * 1e3;
+        let _ = writeln!(
+            out,
+            "{:<11} {:<16} {:<20} {:>10.3} {:>9.1} {:>9.3} ms {:>8.2}x",
+            format!("{0}x{0}", r.size),
+            r.strategy,
+            r.mode,
+            r.ms,
+            r.bytes as f64 / (r.ms / 1e3) / 1e9,
+            bound_ms,
+            r.ms / bound_ms
+        );
+    }
+    let _ = writeln!(
+        out,
+        "PCIe bound = max(bytes in / H2D, bytes out / D2H), 16-bit in, 8-bit out; GB/s counts bytes in + out."
+    );
+    let px = n as f64 * n as f64;
+    let bound_ms = (px * 2.0 / (h2d * 1e9)).max(px / (d2h * 1e9)) * 1e3;
+    let _ = writeln!(out, "zero-copy traffic, {n}x{n}, sustained on {s} streams (probes move the same bytes):");
+    for (name, ms) in variants {
+        let _ = writeln!(out, "  {name:<20} {ms:>8.3} ms/slice  {:>5.2}x bound", ms / bound_ms);
+    }
+    Ok(out)
+}

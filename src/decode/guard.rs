@@ -1,0 +1,758 @@
+//! Checks run before third-party code (dicom-rs and its codecs) sees hostile bytes, for the
+//! cases where that code would abort the process or allocate far more than the file holds:
+//!
+//! * [`check_structure`]: every defined length must fit in the bytes left in the file
+//!   (dicom-rs allocates and zero-fills a value's declared length before reading it, so a
+//!   9 KB file claiming a 4 GB element costs 4 GB), and sequences may nest at most
+//!   [`MAX_SEQUENCE_DEPTH`] deep (dicom-rs builds items recursively: a few thousand levels
+//!   overflow a loader thread's stack, which aborts the process).
+//! * [`check_codestreams`]: a JPEG / JPEG-LS / JPEG 2000 frame may not declare larger
+//!   dimensions, more components or deeper samples than the data set (decoders size their
+//!   buffers from the codestream: 64x64 in the data set and 65535x65535 in the SOF is an
+//!   8 GiB allocation, an abort).
+//!
+//! Both are lenient about everything else: when the bytes stop making sense the check stops
+//! and lets dicom-rs report the error in its own words.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::probe::Probe;
+
+/// Deepest sequence nesting accepted (real files nest a handful of levels; dicom-rs needs
+/// about 1 KiB of stack per level in release builds, more in debug builds).
+pub const MAX_SEQUENCE_DEPTH: usize = 64;
+
+const UNDEFINED: u32 = 0xffff_ffff;
+const IMPLICIT_VR_LE: &str = "1.2.840.10008.1.2";
+const EXPLICIT_VR_BE: &str = "1.2.840.10008.1.2.2";
+/// Data sets that are deflated as a whole: their bytes cannot be checked before inflating.
+const DEFLATED: [&str; 2] = ["1.2.840.10008.1.2.1.99", "1.2.840.10008.1.2.4.95"];
+
+/// Buffered positioned reads over a file: element headers come from one window, values are
+/// skipped without being read.
+struct Src {
+    file: File,
+    size: u64,
+    pos: u64,
+    buf: Vec<u8>,
+    buf_at: u64,
+}
+
+impl Src {
+    fn remaining(&self) -> u64 {
+        self.size.saturating_sub(self.pos)
+    }
+
+    /// The `n` bytes at the current position, or `None` past the end of the file.
+    fn peek(&mut self, n: usize) -> Result<Option<&[u8]>, String> {
+        if self.remaining() < n as u64 {
+            return Ok(None);
+        }
+        let have = self.pos >= self.buf_at
+            && self.pos + n as u64 <= self.buf_at + self.buf.len() as u64;
+        if !have {
+            let len = (self.remaining().min(64 << 10) as usize).max(n);
+            self.buf.resize(len, 0);
+            self.file
+                .read_exact_at(&mut self.buf, self.pos)
+                .map_err(|e| format!("cannot read: {e}"))?;
+            self.buf_at = self.pos;
+        }
+        let at = (self.pos - self.buf_at) as usize;
+        Ok(Some(&self.buf[at..at + n]))
+    }
+
+    fn take<const N: usize>(&mut self) -> Result<Option<[u8; N]>, String> {
+        let Some(b) = self.peek(N)? else {
+            return Ok(None);
+        };
+        let mut out = [0u8; N];
+        out.copy_from_slice(b);
+        self.pos += N as u64;
+        Ok(Some(out))
+    }
+}
+
+fn u16_of(b: [u8; 2], be: bool) -> u16 {
+    if be {
+        u16::from_be_bytes(b)
+    } else {
+        u16::from_le_bytes(b)
+    }
+}
+
+fn u32_of(b: [u8; 4], be: bool) -> u32 {
+    if be {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
+    }
+}
+
+/// VRs with a 32-bit length in explicit VR encodings.
+fn long_vr(vr: &[u8; 2]) -> bool {
+    matches!(
+        vr,
+        b"OB" | b"OD" | b"OF" | b"OL" | b"OV" | b"OW" | b"SQ" | b"UC" | b"UN" | b"UR" | b"UT"
+            | b"SV" | b"UV"
+    )
+}
+
+fn short_vr(vr: &[u8; 2]) -> bool {
+    matches!(
+        vr,
+        b"AE" | b"AS" | b"AT" | b"CS" | b"DA" | b"DS" | b"DT" | b"FL" | b"FD" | b"IS" | b"LO"
+            | b"LT" | b"PN" | b"SH" | b"SL" | b"SS" | b"ST" | b"TM" | b"UI" | b"UL" | b"US"
+    )
+}
+
+/// Checks the file meta group and the data set of a file [`probe`](super::probe) found to be
+/// DICOM. Returns why the file must not be parsed, or `Ok` (also when the check gave up).
+pub fn check_structure(path: &Path, kind: &Probe) -> Result<(), String> {
+    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let size = file
+        .metadata()
+        .map_err(|e| format!("cannot open: {e}"))?
+        .len();
+    let mut src = Src {
+        file,
+        size,
+        pos: 0,
+        buf: Vec::new(),
+        buf_at: 0,
+    };
+    let ts = match kind {
+        Probe::NotDicom(_) => return Ok(()),
+        Probe::BareDataset { transfer_syntax } => transfer_syntax.to_string(),
+        Probe::FileMeta => {
+            let start = match src.peek(132)? {
+                Some(h) if &h[128..132] == b"DICM" => 132,
+                _ => 4, // `DICM` without a preamble (the probe saw it at offset 0)
+            };
+            src.pos = start;
+            match read_meta(&mut src)? {
+                Some(ts) => ts,
+                None => return Ok(()),
+            }
+        }
+    };
+    let ts = ts.trim_end_matches(['\0', ' ']);
+    if DEFLATED.contains(&ts) {
+        return Ok(());
+    }
+    let (explicit, be) = match ts {
+        IMPLICIT_VR_LE => (false, false),
+        EXPLICIT_VR_BE => (true, true),
+        _ => (true, false),
+    };
+    check_dataset(&mut src, explicit, be)
+}
+
+/// Walks the meta group (explicit VR little endian); returns its Transfer Syntax UID.
+fn read_meta(src: &mut Src) -> Result<Option<String>, String> {
+    let mut ts = None;
+    loop {
+        let Some(h) = src.peek(8)? else {
+            return Ok(ts);
+        };
+        let h: [u8; 8] = h.try_into().unwrap_or_default();
+        if u16::from_le_bytes([h[0], h[1]]) != 0x0002 {
+            return Ok(ts);
+        }
+        let element = u16::from_le_bytes([h[2], h[3]]);
+        let vr = [h[4], h[5]];
+        let (len, header) = if long_vr(&vr) {
+            let Some(l) = src.peek(12)? else {
+                return Ok(ts);
+            };
+            (u32::from_le_bytes([l[8], l[9], l[10], l[11]]), 12)
+        } else if short_vr(&vr) {
+            (u16::from_le_bytes([h[6], h[7]]) as u32, 8)
+        } else {
+            return Ok(ts);
+        };
+        src.pos += header;
+        if len == UNDEFINED {
+            return Ok(ts);
+        }
+        fits(src, 0x0002, element, len)?;
+        if element == 0x0010 && len <= 64 {
+            if let Some(v) = src.peek(len as usize)? {
+                ts = Some(String::from_utf8_lossy(v).into_owned());
+            }
+        }
+        src.pos += len as u64;
+    }
+}
+
+fn fits(src: &Src, group: u16, element: u16, len: u32) -> Result<(), String> {
+    if len as u64 > src.remaining() {
+        return Err(format!(
+            "element ({group:04X},{element:04X}) at byte {} claims {len} bytes, but only {} \
+             remain in the file",
+            src.pos,
+            src.remaining()
+        ));
+    }
+    Ok(())
+}
+
+/// What the walk is inside of.
+#[derive(Clone, Copy, PartialEq)]
+enum Open {
+    /// A sequence (its end when its length is defined).
+    Sequence(Option<u64>),
+    /// An item of a sequence.
+    Item(Option<u64>),
+    /// Encapsulated pixel data (fragments up to a sequence delimiter).
+    Fragments,
+}
+
+impl Open {
+    fn end(self) -> Option<u64> {
+        match self {
+            Open::Sequence(e) | Open::Item(e) => e,
+            Open::Fragments => None,
+        }
+    }
+}
+
+fn check_dataset(src: &mut Src, explicit: bool, be: bool) -> Result<(), String> {
+    let mut stack: Vec<Open> = Vec::new();
+    let mut depth = 0usize;
+    loop {
+        // Leave the defined-length containers that end here.
+        while let Some(end) = stack.last().and_then(|o| o.end()) {
+            if src.pos < end {
+                break;
+            }
+            if let Some(Open::Sequence(_)) = stack.pop() {
+                depth -= 1;
+            }
+        }
+        let Some(t) = src.take::<4>()? else {
+            return Ok(()); // end of file (a truncated file is dicom-rs's to report)
+        };
+        let group = u16_of([t[0], t[1]], be);
+        let element = u16_of([t[2], t[3]], be);
+        if group == 0xfffe {
+            let Some(l) = src.take::<4>()? else {
+                return Ok(());
+            };
+            let len = u32_of(l, be);
+            match (element, stack.last().copied()) {
+                (0xe000, Some(Open::Sequence(_))) => {
+                    if len == UNDEFINED {
+                        stack.push(Open::Item(None));
+                    } else {
+                        fits(src, group, element, len)?;
+                        stack.push(Open::Item(Some(src.pos + len as u64)));
+                    }
+                }
+                (0xe000, Some(Open::Fragments)) if len != UNDEFINED => {
+                    fits(src, group, element, len)?;
+                    src.pos += len as u64;
+                }
+                // dicom-rs closes the current item on any item delimiter, and ignores one
+                // outside of every sequence.
+                (0xe00d, Some(Open::Item(_))) => {
+                    stack.pop();
+                }
+                (0xe00d, None) => {}
+                (0xe0dd, Some(Open::Sequence(None))) => {
+                    stack.pop();
+                    depth -= 1;
+                }
+                (0xe0dd, Some(Open::Fragments)) => {
+                    stack.pop();
+                }
+                _ => return Ok(()), // out of place: dicom-rs decides what it means
+            }
+            continue;
+        }
+        if matches!(
+            stack.last(),
+            Some(Open::Sequence(_)) | Some(Open::Fragments)
+        ) {
+            return Ok(());
+        }
+        let (vr, len) = if explicit {
+            let Some(vr) = src.take::<2>()? else {
+                return Ok(());
+            };
+            if short_vr(&vr) {
+                let Some(l) = src.take::<2>()? else {
+                    return Ok(());
+                };
+                (Some(vr), u16_of(l, be) as u32)
+            } else {
+                // Long form; an unknown VR is read as UN (as dicom-rs does).
+                let Some(l) = src.take::<6>()? else {
+                    return Ok(());
+                };
+                (Some(vr), u32_of([l[2], l[3], l[4], l[5]], be))
+            }
+        } else {
+            let Some(l) = src.take::<4>()? else {
+                return Ok(());
+            };
+            (None, u32_of(l, be))
+        };
+        let is_sequence = match vr {
+            _ if len == UNDEFINED => true,
+            Some(vr) => &vr == b"SQ",
+            // Implicit VR: a defined-length value that starts with an item is a sequence.
+            None => {
+                let item = if be {
+                    [0xff, 0xfe, 0xe0, 0x00]
+                } else {
+                    [0xfe, 0xff, 0x00, 0xe0]
+                };
+                len >= 8 && src.peek(4)? == Some(&item[..])
+            }
+        };
+        let pixel_data = (group, element) == (0x7fe0, 0x0010);
+        if len == UNDEFINED {
+            // dicom-rs reads undefined-length Pixel Data as fragments and every other
+            // undefined-length element as a sequence, whatever its VR.
+            if pixel_data {
+                stack.push(Open::Fragments);
+                continue;
+            }
+        } else {
+            fits(src, group, element, len)?;
+        }
+        if is_sequence {
+            depth += 1;
+            if depth > MAX_SEQUENCE_DEPTH {
+                return Err(format!(
+                    "sequences nested more than {MAX_SEQUENCE_DEPTH} deep (at byte {})",
+                    src.pos
+                ));
+            }
+            let end = (len != UNDEFINED).then(|| src.pos + len as u64);
+            stack.push(Open::Sequence(end));
+        } else {
+            src.pos += len as u64;
+        }
+    }
+}
+
+/// Checks the Pixel Data of a fully parsed object against the image description before any
+/// frame is read: present (else the object is no image), holding every frame the header
+/// announces (`NumberOfFrames` = 1000000 with one frame of data fails here, once, instead
+/// of once per missing frame), and carrying codestreams no larger than the image.
+pub(super) fn check_pixel_data(
+    obj: &dicom_object::InMemDicomObject,
+    info: &super::ImageInfo,
+) -> Result<(), super::DecodeError> {
+    use dicom_core::value::Value;
+    use super::DecodeError::{Fail, Skip};
+    let Some(elem) = obj.get(dicom_dictionary_std::tags::PIXEL_DATA) else {
+        return Err(Skip("no image (Rows/Columns present, Pixel Data missing)".into()));
+    };
+    let frames = info.frames as u64;
+    let native = super::native_byte_order(&info.transfer_syntax).is_some();
+    match elem.value() {
+        Value::PixelSequence(seq) => {
+            if native {
+                return Err(Fail(format!(
+                    "encapsulated Pixel Data in the uncompressed transfer syntax {}",
+                    info.transfer_syntax
+                )));
+            }
+            let frags = seq.fragments();
+            if (frags.len() as u64) < frames {
+                return Err(Fail(format!(
+                    "encapsulated Pixel Data has {} fragment(s) for NumberOfFrames = {frames}",
+                    frags.len()
+                )));
+            }
+            check_codestreams(
+                frags,
+                info.rows,
+                info.cols,
+                info.samples_per_pixel as u32,
+                info.bits_allocated as u32,
+            )
+            .map_err(Fail)
+        }
+        Value::Primitive(p) => {
+            let frame_bytes = info.native_frame_bytes();
+            let needed = frame_bytes.saturating_mul(frames);
+            let have = p.calculate_byte_len() as u64;
+            if native && have < needed {
+                return Err(Fail(format!(
+                    "Pixel Data holds {have} bytes; {frames} frame(s) of {frame_bytes} bytes \
+                     need {needed}"
+                )));
+            }
+            Ok(())
+        }
+        Value::Sequence(_) => Err(Fail("Pixel Data is a sequence".into())),
+    }
+}
+
+/// What a codestream header declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Declared {
+    pub rows: u32,
+    pub cols: u32,
+    pub components: u32,
+    pub precision: u32,
+}
+
+/// The bytes of consecutive fragments seen as one stream (what a decoder reads when a frame
+/// spans several fragments).
+struct Chain<'a> {
+    frags: &'a [Vec<u8>],
+    /// Start of each fragment in the concatenation.
+    starts: Vec<u64>,
+    len: u64,
+}
+
+impl<'a> Chain<'a> {
+    fn new(frags: &'a [Vec<u8>]) -> Self {
+        let mut starts = Vec::with_capacity(frags.len());
+        let mut at = 0u64;
+        for f in frags {
+            starts.push(at);
+            at += f.len() as u64;
+        }
+        Chain {
+            frags,
+            starts,
+            len: at,
+        }
+    }
+
+    fn byte(&self, at: u64) -> Option<u8> {
+        if at >= self.len {
+            return None;
+        }
+        let i = self.starts.partition_point(|&s| s <= at) - 1;
+        self.frags[i].get((at - self.starts[i]) as usize).copied()
+    }
+
+    fn be16(&self, at: u64) -> Option<u32> {
+        Some(u32::from(self.byte(at)?) << 8 | u32::from(self.byte(at + 1)?))
+    }
+
+    fn be32(&self, at: u64) -> Option<u32> {
+        Some(self.be16(at)? << 16 | self.be16(at + 2)?)
+    }
+}
+
+/// Bytes scanned (outside skipped segment payloads) before a check gives up on a file.
+const SCAN_BUDGET: u64 = 4 << 20;
+
+/// Reads the frame header of the JPEG (or JPEG-LS) stream starting at `at`, walking markers
+/// the way jpeg-decoder does (garbage between segments is skipped up to the next 0xFF).
+/// `Ok(None)`: no frame header before the first scan (the decoder will fail on its own).
+fn jpeg_header(c: &Chain, mut at: u64, budget: &mut u64) -> Result<Option<Declared>, String> {
+    at += 2; // SOI
+    loop {
+        // Next marker: skip to 0xFF, then fill bytes.
+        loop {
+            let Some(b) = c.byte(at) else {
+                return Ok(None);
+            };
+            at += 1;
+            *budget = budget.checked_sub(1).ok_or("JPEG headers too long to check")?;
+            if b != 0xff {
+                continue;
+            }
+            let mut m = 0xff;
+            while m == 0xff {
+                let Some(b) = c.byte(at) else {
+                    return Ok(None);
+                };
+                at += 1;
+                *budget = budget.checked_sub(1).ok_or("JPEG headers too long to check")?;
+                m = b;
+            }
+            if m != 0x00 {
+                at -= 1;
+                break;
+            }
+        }
+        let marker = c.byte(at).unwrap_or(0);
+        at += 1;
+        *budget = budget.checked_sub(4).ok_or("JPEG headers too long to check")?;
+        match marker {
+            0xd8 | 0x01 | 0xd0..=0xd7 => continue, // no length
+            0xd9 | 0xda => return Ok(None),        // EOI or scan before any frame header
+            _ => {}
+        }
+        let Some(len) = c.be16(at) else {
+            return Ok(None);
+        };
+        let sof = matches!(marker, 0xc0..=0xcf if !matches!(marker, 0xc4 | 0xc8 | 0xcc))
+            || marker == 0xf7; // JPEG-LS SOF55
+        if sof {
+            let (Some(p), Some(y), Some(x), Some(nf)) = (
+                c.byte(at + 2),
+                c.be16(at + 3),
+                c.be16(at + 5),
+                c.byte(at + 7),
+            ) else {
+                return Ok(None);
+            };
+            return Ok(Some(Declared {
+                rows: y,
+                cols: x,
+                components: nf as u32,
+                precision: p as u32,
+            }));
+        }
+        at += len as u64;
+    }
+}
+
+/// Reads the SIZ segment of a JPEG 2000 codestream (SOC at `at`), or of the `jp2c` box of a
+/// JP2 file.
+fn j2k_header(c: &Chain, at: u64, budget: &mut u64) -> Result<Option<Declared>, String> {
+    let mut soc = at;
+    if c.be32(at) == Some(0x0000_000c) && c.be32(at + 4) == Some(0x6a50_2020) {
+        // JP2 boxes: find the contiguous codestream box.
+        let mut b = at;
+        loop {
+            *budget = budget.checked_sub(8).ok_or("JPEG 2000 boxes too many to check")?;
+            let (Some(len), Some(kind)) = (c.be32(b), c.be32(b + 4)) else {
+                return Ok(None);
+            };
+            if kind == 0x6a70_3263 {
+                // jp2c
+                soc = b + 8;
+                break;
+            }
+            let len = match len {
+                0 => return Ok(None),
+                1 => match (c.be32(b + 8), c.be32(b + 12)) {
+                    (Some(0), Some(l)) if l >= 16 => l as u64,
+                    _ => return Ok(None),
+                },
+                l if l >= 8 => l as u64,
+                _ => return Ok(None),
+            };
+            b += len;
+        }
+    }
+    if c.be16(soc) != Some(0xff4f) || c.be16(soc + 2) != Some(0xff51) {
+        return Ok(None);
+    }
+    let s = soc + 4; // Lsiz
+    let (Some(xsiz), Some(ysiz), Some(xo), Some(yo), Some(csiz)) = (
+        c.be32(s + 4),
+        c.be32(s + 8),
+        c.be32(s + 12),
+        c.be32(s + 16),
+        c.be16(s + 36),
+    ) else {
+        return Ok(None);
+    };
+    let mut precision = 0;
+    for i in 0..csiz.min(16384) as u64 {
+        let Some(ssiz) = c.byte(s + 38 + 3 * i) else {
+            break;
+        };
+        precision = precision.max((ssiz & 0x7f) as u32 + 1);
+    }
+    Ok(Some(Declared {
+        rows: ysiz.saturating_sub(yo),
+        cols: xsiz.saturating_sub(xo),
+        components: csiz,
+        precision,
+    }))
+}
+
+/// Checks every JPEG, JPEG-LS and JPEG 2000 codestream that starts a fragment against the
+/// data set's description: `rows` x `cols`, `samples` per pixel, `bits_allocated`.
+pub fn check_codestreams(
+    frags: &[Vec<u8>],
+    rows: u32,
+    cols: u32,
+    samples: u32,
+    bits_allocated: u32,
+) -> Result<(), String> {
+    let chain = Chain::new(frags);
+    let mut budget = SCAN_BUDGET;
+    for (i, f) in frags.iter().enumerate() {
+        let at = chain.starts[i];
+        let (what, declared) = if f.starts_with(&[0xff, 0xd8]) {
+            ("JPEG", jpeg_header(&chain, at, &mut budget)?)
+        } else if f.starts_with(&[0xff, 0x4f]) || f.starts_with(&[0, 0, 0, 0x0c, 0x6a, 0x50]) {
+            ("JPEG 2000", j2k_header(&chain, at, &mut budget)?)
+        } else {
+            continue;
+        };
+        let Some(d) = declared else {
+            continue;
+        };
+        if d.rows as u64 * d.cols as u64 > rows as u64 * cols as u64 {
+            return Err(format!(
+                "{what} codestream in fragment {} declares {}x{} pixels, more than the data \
+                 set's {}x{} (decompression bomb?)",
+                i + 1,
+                d.cols,
+                d.rows,
+                cols,
+                rows
+            ));
+        }
+        if d.components > samples {
+            return Err(format!(
+                "{what} codestream in fragment {} declares {} components, the data set {} \
+                 samples per pixel",
+                i + 1,
+                d.components,
+                samples
+            ));
+        }
+        if d.precision > bits_allocated {
+            return Err(format!(
+                "{what} codestream in fragment {} declares {}-bit samples, the data set \
+                 allocates {bits_allocated} bits",
+                i + 1,
+                d.precision
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elem(group: u16, element: u16, vr: &[u8; 2], len: u32, value: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend(group.to_le_bytes());
+        v.extend(element.to_le_bytes());
+        v.extend(vr);
+        if long_vr(vr) {
+            v.extend([0, 0]);
+            v.extend(len.to_le_bytes());
+        } else {
+            v.extend((len as u16).to_le_bytes());
+        }
+        v.extend(value);
+        v
+    }
+
+    fn item(element: u16, len: u32) -> Vec<u8> {
+        let mut v = vec![0xfe, 0xff];
+        v.extend(element.to_le_bytes());
+        v.extend(len.to_le_bytes());
+        v
+    }
+
+    fn check_bytes(bytes: &[u8]) -> Result<(), String> {
+        let path = std::env::temp_dir().join(format!(
+            "dicomflow-guard-{}-{:?}.dcm",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(&path, bytes).unwrap();
+        let r = check_structure(
+            &path,
+            &Probe::BareDataset {
+                transfer_syntax: "1.2.840.10008.1.2.1",
+            },
+        );
+        let _ = std::fs::remove_file(&path);
+        r
+    }
+
+    fn nested(depth: usize) -> Vec<u8> {
+        let mut v = elem(0x0008, 0x0005, b"CS", 10, b"ISO_IR 100");
+        for _ in 0..depth {
+            v.extend(elem(0x0008, 0x1115, b"SQ", UNDEFINED, &[]));
+            v.extend(item(0xe000, UNDEFINED));
+        }
+        for _ in 0..depth {
+            v.extend(item(0xe00d, 0));
+            v.extend(item(0xe0dd, 0));
+        }
+        v.extend(elem(0x0028, 0x0010, b"US", 2, &[8, 0]));
+        v
+    }
+
+    #[test]
+    fn accepts_reasonable_nesting_and_rejects_deep_nesting() {
+        assert_eq!(check_bytes(&nested(MAX_SEQUENCE_DEPTH)), Ok(()));
+        let e = check_bytes(&nested(MAX_SEQUENCE_DEPTH + 1)).unwrap_err();
+        assert!(e.contains("nested"), "{e}");
+    }
+
+    #[test]
+    fn rejects_lengths_past_the_end_of_the_file() {
+        let mut v = elem(0x0008, 0x0005, b"CS", 10, b"ISO_IR 100");
+        v.extend(elem(0x0008, 0x2111, b"UT", 0x7fff_fff0, b"abc "));
+        assert!(check_bytes(&v).unwrap_err().contains("(0008,2111)"));
+        let mut v = elem(0x0008, 0x0005, b"CS", 10, b"ISO_IR 100");
+        v.extend(elem(0x7fe0, 0x0010, b"OW", 0xffff_fff0, &[0; 16]));
+        assert!(check_bytes(&v).unwrap_err().contains("(7FE0,0010)"));
+        // Defined-length sequence and item lengths are checked too.
+        let mut v = elem(0x0008, 0x0005, b"CS", 10, b"ISO_IR 100");
+        let mut seq = item(0xe000, 0x00ff_ffff);
+        seq.extend(elem(0x0008, 0x1150, b"UI", 4, b"1.2\0"));
+        v.extend(elem(0x0008, 0x1115, b"SQ", seq.len() as u32, &seq));
+        assert!(check_bytes(&v).unwrap_err().contains("(FFFE,E000)"));
+    }
+
+    #[test]
+    fn accepts_encapsulated_pixel_data_and_defined_sequences() {
+        let mut v = elem(0x0008, 0x0005, b"CS", 10, b"ISO_IR 100");
+        let mut seq = item(0xe000, 12);
+        seq.extend(elem(0x0008, 0x1150, b"UI", 4, b"1.2\0"));
+        v.extend(elem(0x0008, 0x1115, b"SQ", seq.len() as u32, &seq));
+        v.extend(elem(0x7fe0, 0x0010, b"OB", UNDEFINED, &[]));
+        v.extend(item(0xe000, 0));
+        v.extend(item(0xe000, 4));
+        v.extend([1, 2, 3, 4]);
+        v.extend(item(0xe0dd, 0));
+        v.extend(elem(0xfffc, 0xfffc, b"OB", 2, &[0, 0]));
+        assert_eq!(check_bytes(&v), Ok(()));
+    }
+
+    fn sof3(rows: u16, cols: u16, precision: u8) -> Vec<u8> {
+        let mut j = vec![0xff, 0xd8, 0xff, 0xe0, 0x00, 0x04, 0x4a, 0x46, 0x13, 0xff, 0xc3, 0x00, 0x0b, precision];
+        j.extend(rows.to_be_bytes());
+        j.extend(cols.to_be_bytes());
+        j.extend([0x01, 0x01, 0x11, 0x00, 0xff, 0xda]);
+        j
+    }
+
+    #[test]
+    fn compares_jpeg_frame_headers_with_the_data_set() {
+        let ok = vec![sof3(64, 64, 16)];
+        assert_eq!(check_codestreams(&ok, 64, 64, 1, 16), Ok(()));
+        let bomb = vec![sof3(65535, 65535, 16)];
+        assert!(check_codestreams(&bomb, 64, 64, 1, 16)
+            .unwrap_err()
+            .contains("65535x65535"));
+        assert!(check_codestreams(&ok, 64, 64, 1, 8).is_err());
+        // The frame header may sit in a later fragment than the SOI.
+        let j = sof3(65535, 65535, 8);
+        let split = vec![j[..3].to_vec(), j[3..].to_vec()];
+        assert!(check_codestreams(&split, 64, 64, 1, 8).is_err());
+        // Garbage between segments is skipped as jpeg-decoder skips it.
+        let mut g = vec![0xff, 0xd8, 0x12, 0x34];
+        g.extend(&j[2..]);
+        assert!(check_codestreams(&[g], 64, 64, 1, 8).is_err());
+    }
+
+    #[test]
+    fn compares_jpeg2000_sizes_with_the_data_set() {
+        let mut j = vec![0xff, 0x4f, 0xff, 0x51, 0x00, 0x29, 0x00, 0x00];
+        for v in [60000u32, 60000, 0, 0, 60000, 60000, 0, 0] {
+            j.extend(v.to_be_bytes());
+        }
+        j.extend([0x00, 0x01, 0x07, 0x01, 0x01]);
+        assert!(check_codestreams(&[j.clone()], 64, 64, 1, 8).is_err());
+        assert_eq!(check_codestreams(&[j], 60000, 60000, 1, 8), Ok(()));
+    }
+}
