@@ -39,6 +39,18 @@ pub enum BenchCommand {
     /// GPU transfer strategies (pageable / pinned / zero-copy) per slice, against the PCIe
     /// ceiling measured in the same run.
     Transfer(TransferArgs),
+    /// PNG compression × filter: time and size per rendered phantom slice (best of N).
+    Encode(EncodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EncodeArgs {
+    /// Square slice sizes.
+    #[arg(long, value_delimiter = ',', default_value = "512,2000")]
+    pub sizes: Vec<u32>,
+    /// Iterations per setting (the best is kept).
+    #[arg(long, default_value_t = 10)]
+    pub iters: usize,
 }
 
 #[derive(Debug, Args)]

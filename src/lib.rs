@@ -9,6 +9,7 @@
 //! [`stats`] / [`report`] (what happened).
 
 pub mod backend;
+pub mod bench;
 pub mod config;
 pub mod decode;
 pub mod error;

@@ -2,6 +2,7 @@
 //! the outcome into an exit code (0 all ok, 1 some inputs failed, 2 usage/config/fatal).
 
 mod cli;
+mod dashboard;
 mod signals;
 
 use std::process::ExitCode;
@@ -43,7 +44,8 @@ fn init_logging(verbose: u8, quiet: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(dashboard::LogSink)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
 }
@@ -61,14 +63,26 @@ fn run(cli: Cli) -> Result<i32, FatalError> {
                 .trace
                 .as_ref()
                 .map(|_| Arc::new(dicomflow::trace::Tracer::new()));
-            let result = dicomflow::pipeline::run(
-                &settings,
-                &args.inputs,
-                backend,
-                stats.clone(),
-                cancel,
-                tracer.clone(),
-            )?;
+            let display = dashboard::Options {
+                display: dashboard::Display::choose(
+                    settings.tui,
+                    cli.quiet,
+                    std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                ),
+                tick: std::time::Duration::from_millis(settings.tick_ms),
+                log_file: (settings.log_file.clone())
+                    .unwrap_or_else(|| settings.output_dir.join("dicomflow.log")),
+            };
+            let result = dashboard::supervise(&display, &stats, &cancel, tracer.as_ref(), || {
+                dicomflow::pipeline::run(
+                    &settings,
+                    &args.inputs,
+                    backend,
+                    stats.clone(),
+                    cancel.clone(),
+                    tracer.clone(),
+                )
+            })??;
             let snapshot = stats.snapshot();
             if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
                 t.write(path)
@@ -118,6 +132,12 @@ fn run(cli: Cli) -> Result<i32, FatalError> {
                 device: a.device,
             };
             let table = dicomflow::backend::cuda::bench::run(&opts).map_err(FatalError::Backend)?;
+            print!("{table}");
+            Ok(0)
+        }
+        Command::Bench(cli::BenchCommand::Encode(a)) => {
+            let table =
+                dicomflow::bench::encode_table(&a.sizes, a.iters).map_err(FatalError::Other)?;
             print!("{table}");
             Ok(0)
         }

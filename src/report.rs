@@ -3,20 +3,73 @@
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::backend::BackendInfo;
 use crate::config::Settings;
 use crate::pipeline::{FileStatus, RunResult};
-use crate::stats::Snapshot;
+use crate::stats::{GpuFigures, Snapshot};
 
-/// Version of the report's layout (docs/report-schema.json).
+/// Version of the report's layout (docs/report-schema.json). Fields may be added without a
+/// change of version; removing or changing one changes it.
 pub const REPORT_VERSION: u32 = 1;
+
+/// Version of the dicom-rs crates this build uses (pinned with `=` in Cargo.toml).
+pub const DICOM_RS_VERSION: &str = "0.10.1";
+
+/// Versions of what produced a report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Versions {
+    pub dicomflow: &'static str,
+    /// The compiler, when the build recorded it (`DICOMFLOW_RUSTC_VERSION` at build time).
+    pub rustc: Option<&'static str>,
+    /// Minimum supported Rust version of the crate.
+    pub rust_version_min: &'static str,
+    pub dicom_rs: &'static str,
+    pub target_os: &'static str,
+    pub target_arch: &'static str,
+    /// "release" or "debug".
+    pub profile: &'static str,
+}
+
+impl Versions {
+    /// The versions of this build.
+    pub fn current() -> Versions {
+        Versions {
+            dicomflow: env!("CARGO_PKG_VERSION"),
+            rustc: option_env!("DICOMFLOW_RUSTC_VERSION"),
+            rust_version_min: env!("CARGO_PKG_RUST_VERSION"),
+            dicom_rs: DICOM_RS_VERSION,
+            target_os: std::env::consts::OS,
+            target_arch: std::env::consts::ARCH,
+            profile: if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            },
+        }
+    }
+}
+
+/// The backend as the report shows it: what it said about itself, the line the dashboard
+/// showed, and the GPU figures when there is a GPU.
+#[derive(serde::Serialize)]
+pub struct BackendSection<'a> {
+    #[serde(flatten)]
+    pub info: &'a BackendInfo,
+    pub display: &'a str,
+    pub gpu: Option<&'a GpuFigures>,
+}
 
 /// The report document.
 #[derive(serde::Serialize)]
 pub struct Report<'a> {
     pub report_version: u32,
     pub dicomflow_version: &'static str,
+    pub versions: Versions,
     pub settings: &'a Settings,
+    pub backend: BackendSection<'a>,
+    /// Per-file results (`result.files`), totals and sizing.
     pub result: &'a RunResult,
+    /// Per-stage statistics, gauges at the end, counters.
     pub statistics: &'a Snapshot,
 }
 
@@ -30,7 +83,13 @@ pub fn write_report(
     let report = Report {
         report_version: REPORT_VERSION,
         dicomflow_version: env!("CARGO_PKG_VERSION"),
+        versions: Versions::current(),
         settings,
+        backend: BackendSection {
+            info: &result.backend,
+            display: &stats.backend,
+            gpu: stats.gpu.as_ref(),
+        },
         result,
         statistics: stats,
     };
@@ -66,7 +125,7 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         secs, t.frames_written as f64 / secs, mb(t.output_bytes));
     let _ = writeln!(
         s,
-        "  backend: {} ({}); loaders {}, workers {}, writers {}, slots {} ({} {})",
+        "  backend: {} ({})\n  threads: loaders {}, workers {}, writers {}; slots {} ({} {})",
         result.backend.name,
         result.backend.reason,
         result.sizing.loaders,
@@ -78,15 +137,16 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     );
     let _ = writeln!(
         s,
-        "  {:<13} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6}",
-        "stage", "slices", "p50 ms", "p95 ms", "max ms", "total s", "busy"
+        "  {:<13} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
+        "stage", "slices", "slices/s", "p50 ms", "p95 ms", "max ms", "total s", "busy"
     );
     for st in stats.stages.iter().filter(|st| st.count > 0) {
         let _ = writeln!(
             s,
-            "  {:<13} {:>7} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>5.0}%",
+            "  {:<13} {:>7} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>5.0}%",
             st.name,
             st.count,
+            st.count as f64 / secs,
             st.p50_ms,
             st.p95_ms,
             st.max_ms,
@@ -98,9 +158,20 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         let l = &stats.latency;
         let _ = writeln!(
             s,
-            "  {:<13} {:>7} {:>9.2} {:>9.2} {:>9.2}   (first byte read -> output renamed)",
-            "latency", l.count, l.p50_ms, l.p95_ms, l.max_ms
+            "  {:<13} {:>7} {:>9} {:>9.2} {:>9.2} {:>9.2}   (first read -> output renamed)",
+            "latency", l.count, "", l.p50_ms, l.p95_ms, l.max_ms
         );
+    }
+    if let Some(b) = stats.bottleneck() {
+        let _ = writeln!(
+            s,
+            "  bottleneck: {} ({:.0}% busy); errors: {}",
+            b.name,
+            b.busy_fraction * 100.0,
+            stats.error_count
+        );
+    } else {
+        let _ = writeln!(s, "  errors: {}", stats.error_count);
     }
     let failed: Vec<_> = result.failed().collect();
     if !failed.is_empty() {

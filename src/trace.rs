@@ -1,6 +1,7 @@
 //! `--trace FILE.json`: a Chrome trace-event timeline (opens in Perfetto or chrome://tracing)
 //! with one track per thread (or GPU stream) and one span per slice per stage, so the overlap
-//! of I/O and compute can be seen.
+//! of I/O and compute can be seen. Queue depths and slot occupancy sampled by the display
+//! thread appear as counter tracks (`ph: "C"`).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -19,10 +20,18 @@ struct Span {
     dur_us: f64,
 }
 
+#[derive(Debug, Clone)]
+struct Counter {
+    name: String,
+    ts_us: f64,
+    values: Vec<(String, f64)>,
+}
+
 /// Collects spans during a run.
 pub struct Tracer {
     start: Instant,
     spans: Mutex<Vec<Span>>,
+    counters: Mutex<Vec<Counter>>,
 }
 
 impl Default for Tracer {
@@ -30,7 +39,20 @@ impl Default for Tracer {
         Tracer {
             start: Instant::now(),
             spans: Mutex::new(Vec::new()),
+            counters: Mutex::new(Vec::new()),
         }
+    }
+}
+
+/// Order of the thread tracks in the viewer: pipeline order, then the rest.
+fn sort_index(track: &str) -> usize {
+    let prefix = track.split('-').next().unwrap_or(track);
+    match prefix {
+        "scan" => 0,
+        "load" => 1,
+        "render" | "stream" | "gpu" => 2,
+        "write" => 3,
+        _ => 9,
     }
 }
 
@@ -56,6 +78,19 @@ impl Tracer {
                 track: track.to_string(),
                 ts_us: ts,
                 dur_us: dur,
+            });
+        }
+    }
+
+    /// Records a sample of a counter track (e.g. queue depths) at the current time: one
+    /// series per `(name, value)`.
+    pub fn counter(&self, name: &str, values: Vec<(String, f64)>) {
+        let ts_us = self.start.elapsed().as_secs_f64() * 1e6;
+        if let Ok(mut v) = self.counters.lock() {
+            v.push(Counter {
+                name: name.to_string(),
+                ts_us,
+                values,
             });
         }
     }
@@ -89,12 +124,28 @@ impl Tracer {
                 "args": { "slice": s.name, "stage": s.stage },
             }));
         }
+        let counters = self.counters.lock().map(|v| v.clone()).unwrap_or_default();
+        for c in &counters {
+            let args: serde_json::Map<String, serde_json::Value> = c
+                .values
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+                .collect();
+            events.push(serde_json::json!({
+                "name": c.name, "ph": "C", "ts": c.ts_us, "pid": 1, "tid": 0, "args": args,
+            }));
+        }
         let mut tracks: Vec<_> = tids.into_iter().collect();
         tracks.sort_by_key(|t| t.1);
         for (name, tid) in tracks {
+            let order = sort_index(&name) * 1000 + tid;
             events.push(serde_json::json!({
                 "name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
                 "args": { "name": name },
+            }));
+            events.push(serde_json::json!({
+                "name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid,
+                "args": { "sort_index": order },
             }));
         }
         events.push(serde_json::json!({
@@ -106,5 +157,34 @@ impl Tracer {
         serde_json::to_writer(&mut bytes, &doc)?;
         bytes.flush()?;
         crate::output::atomic::write_atomic(path, &bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_counters_and_thread_names_are_written() {
+        let t = Tracer::new();
+        let now = Instant::now();
+        t.span_on("write-0", StageId::Write, "a#1", now, now);
+        t.span_on("load-0", StageId::ReadDecode, "a#1", now, now);
+        t.counter("queues", vec![("load → render".into(), 3.0)]);
+        let dir = std::env::temp_dir().join(format!("dicomflow-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.json");
+        t.write(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let ev = v["traceEvents"].as_array().unwrap();
+        assert_eq!(ev.iter().filter(|e| e["ph"] == "X").count(), 2);
+        assert_eq!(ev.iter().filter(|e| e["ph"] == "C").count(), 1);
+        let names: Vec<_> = ev
+            .iter()
+            .filter(|e| e["name"] == "thread_name")
+            .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(names, ["write-0", "load-0"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -50,8 +50,8 @@ impl Src {
         if self.remaining() < n as u64 {
             return Ok(None);
         }
-        let have = self.pos >= self.buf_at
-            && self.pos + n as u64 <= self.buf_at + self.buf.len() as u64;
+        let have =
+            self.pos >= self.buf_at && self.pos + n as u64 <= self.buf_at + self.buf.len() as u64;
         if !have {
             let len = (self.remaining().min(64 << 10) as usize).max(n);
             self.buf.resize(len, 0);
@@ -95,16 +95,46 @@ fn u32_of(b: [u8; 4], be: bool) -> u32 {
 fn long_vr(vr: &[u8; 2]) -> bool {
     matches!(
         vr,
-        b"OB" | b"OD" | b"OF" | b"OL" | b"OV" | b"OW" | b"SQ" | b"UC" | b"UN" | b"UR" | b"UT"
-            | b"SV" | b"UV"
+        b"OB"
+            | b"OD"
+            | b"OF"
+            | b"OL"
+            | b"OV"
+            | b"OW"
+            | b"SQ"
+            | b"UC"
+            | b"UN"
+            | b"UR"
+            | b"UT"
+            | b"SV"
+            | b"UV"
     )
 }
 
 fn short_vr(vr: &[u8; 2]) -> bool {
     matches!(
         vr,
-        b"AE" | b"AS" | b"AT" | b"CS" | b"DA" | b"DS" | b"DT" | b"FL" | b"FD" | b"IS" | b"LO"
-            | b"LT" | b"PN" | b"SH" | b"SL" | b"SS" | b"ST" | b"TM" | b"UI" | b"UL" | b"US"
+        b"AE"
+            | b"AS"
+            | b"AT"
+            | b"CS"
+            | b"DA"
+            | b"DS"
+            | b"DT"
+            | b"FL"
+            | b"FD"
+            | b"IS"
+            | b"LO"
+            | b"LT"
+            | b"PN"
+            | b"SH"
+            | b"SL"
+            | b"SS"
+            | b"ST"
+            | b"TM"
+            | b"UI"
+            | b"UL"
+            | b"US"
     )
 }
 
@@ -348,10 +378,12 @@ pub(super) fn check_pixel_data(
     obj: &dicom_object::InMemDicomObject,
     info: &super::ImageInfo,
 ) -> Result<(), super::DecodeError> {
-    use dicom_core::value::Value;
     use super::DecodeError::{Fail, Skip};
+    use dicom_core::value::Value;
     let Some(elem) = obj.get(dicom_dictionary_std::tags::PIXEL_DATA) else {
-        return Err(Skip("no image (Rows/Columns present, Pixel Data missing)".into()));
+        return Err(Skip(
+            "no image (Rows/Columns present, Pixel Data missing)".into(),
+        ));
     };
     let frames = info.frames as u64;
     let native = super::native_byte_order(&info.transfer_syntax).is_some();
@@ -460,7 +492,9 @@ fn jpeg_header(c: &Chain, mut at: u64, budget: &mut u64) -> Result<Option<Declar
                 return Ok(None);
             };
             at += 1;
-            *budget = budget.checked_sub(1).ok_or("JPEG headers too long to check")?;
+            *budget = budget
+                .checked_sub(1)
+                .ok_or("JPEG headers too long to check")?;
             if b != 0xff {
                 continue;
             }
@@ -470,7 +504,9 @@ fn jpeg_header(c: &Chain, mut at: u64, budget: &mut u64) -> Result<Option<Declar
                     return Ok(None);
                 };
                 at += 1;
-                *budget = budget.checked_sub(1).ok_or("JPEG headers too long to check")?;
+                *budget = budget
+                    .checked_sub(1)
+                    .ok_or("JPEG headers too long to check")?;
                 m = b;
             }
             if m != 0x00 {
@@ -480,7 +516,9 @@ fn jpeg_header(c: &Chain, mut at: u64, budget: &mut u64) -> Result<Option<Declar
         }
         let marker = c.byte(at).unwrap_or(0);
         at += 1;
-        *budget = budget.checked_sub(4).ok_or("JPEG headers too long to check")?;
+        *budget = budget
+            .checked_sub(4)
+            .ok_or("JPEG headers too long to check")?;
         match marker {
             0xd8 | 0x01 | 0xd0..=0xd7 => continue, // no length
             0xd9 | 0xda => return Ok(None),        // EOI or scan before any frame header
@@ -519,7 +557,9 @@ fn j2k_header(c: &Chain, at: u64, budget: &mut u64) -> Result<Option<Declared>, 
         // JP2 boxes: find the contiguous codestream box.
         let mut b = at;
         loop {
-            *budget = budget.checked_sub(8).ok_or("JPEG 2000 boxes too many to check")?;
+            *budget = budget
+                .checked_sub(8)
+                .ok_or("JPEG 2000 boxes too many to check")?;
             let (Some(len), Some(kind)) = (c.be32(b), c.be32(b + 4)) else {
                 return Ok(None);
             };
@@ -719,7 +759,9 @@ mod tests {
     }
 
     fn sof3(rows: u16, cols: u16, precision: u8) -> Vec<u8> {
-        let mut j = vec![0xff, 0xd8, 0xff, 0xe0, 0x00, 0x04, 0x4a, 0x46, 0x13, 0xff, 0xc3, 0x00, 0x0b, precision];
+        let mut j = vec![
+            0xff, 0xd8, 0xff, 0xe0, 0x00, 0x04, 0x4a, 0x46, 0x13, 0xff, 0xc3, 0x00, 0x0b, precision,
+        ];
         j.extend(rows.to_be_bytes());
         j.extend(cols.to_be_bytes());
         j.extend([0x01, 0x01, 0x11, 0x00, 0xff, 0xda]);

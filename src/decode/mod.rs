@@ -7,9 +7,9 @@
 
 pub mod fragments;
 mod guard;
+pub mod info;
 pub mod jpeg;
 pub mod jpegls;
-pub mod info;
 mod native;
 pub mod probe;
 
@@ -150,7 +150,8 @@ impl ImageFile {
             )));
         }
         let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
-        if native_byte_order(&info.transfer_syntax).is_none() && !is_deflate(&info.transfer_syntax) {
+        if native_byte_order(&info.transfer_syntax).is_none() && !is_deflate(&info.transfer_syntax)
+        {
             codec_output_layout(&mut info);
         }
         let frame_bytes = info.frame_bytes();
@@ -341,7 +342,13 @@ fn decode_own(
     };
     let fragments: Vec<Vec<u8>> = seq.fragments().iter().map(|f| f.to_vec()).collect();
     let mut stream = Vec::new();
-    fragments::frame_bytes(seq.offset_table(), &fragments, info.frames, frame, &mut stream)?;
+    fragments::frame_bytes(
+        seq.offset_table(),
+        &fragments,
+        info.frames,
+        frame,
+        &mut stream,
+    )?;
     // The frame header's dimensions must agree with the DICOM header (already checked against
     // the frame-size limit) before a decoder allocates anything.
     match sof_dimensions(&stream) {
@@ -358,13 +365,26 @@ fn decode_own(
         OwnCodec::Jpeg => {
             // DCMTK converts YCbCr to RGB exactly when the header says YBR (its +cp default).
             use info::Photometric as P;
-            let convert = matches!(info.stored_photometric, P::YbrFull | P::YbrFull422 | P::YbrPartial422);
+            let convert = matches!(
+                info.stored_photometric,
+                P::YbrFull | P::YbrFull422 | P::YbrPartial422
+            );
             let img = jpeg::decode(&stream, convert, scratch).map_err(|e| format!("JPEG: {e}"))?;
-            (img.width, img.height, img.components as u32, if img.precision <= 8 { 1 } else { 2 })
+            (
+                img.width,
+                img.height,
+                img.components as u32,
+                if img.precision <= 8 { 1 } else { 2 },
+            )
         }
         OwnCodec::JpegLs => {
             let img = jpegls::decode(&stream, scratch).map_err(|e| format!("JPEG-LS: {e}"))?;
-            (img.width, img.height, img.components as u32, if img.bits <= 8 { 1 } else { 2 })
+            (
+                img.width,
+                img.height,
+                img.components as u32,
+                if img.bits <= 8 { 1 } else { 2 },
+            )
         }
     };
     if width != info.cols || height != info.rows || components != info.samples_per_pixel as u32 {
@@ -373,7 +393,12 @@ fn decode_own(
             info.cols, info.rows, info.samples_per_pixel
         ));
     }
-    place_samples(scratch, bytes_per_sample, dst, info.bits_allocated as usize / 8)
+    place_samples(
+        scratch,
+        bytes_per_sample,
+        dst,
+        info.bits_allocated as usize / 8,
+    )
 }
 
 /// Width, height and component count from a JPEG or JPEG-LS frame header, scanning marker
@@ -411,10 +436,19 @@ fn sof_dimensions(data: &[u8]) -> Option<(u32, u32, u32)> {
 }
 
 /// Copies decoded samples into the slot, widening 8-bit samples into a 16-bit container.
-fn place_samples(src: &[u8], src_bytes: usize, dst: &mut [u8], dst_bytes: usize) -> Result<(), String> {
+fn place_samples(
+    src: &[u8],
+    src_bytes: usize,
+    dst: &mut [u8],
+    dst_bytes: usize,
+) -> Result<(), String> {
     let samples = dst.len() / dst_bytes.max(1);
     if src.len() < samples * src_bytes {
-        return Err(format!("decoder produced {} bytes, expected {}", src.len(), samples * src_bytes));
+        return Err(format!(
+            "decoder produced {} bytes, expected {}",
+            src.len(),
+            samples * src_bytes
+        ));
     }
     match (src_bytes, dst_bytes) {
         (a, b) if a == b => dst.copy_from_slice(&src[..dst.len()]),
@@ -423,7 +457,13 @@ fn place_samples(src: &[u8], src_bytes: usize, dst: &mut [u8], dst_bytes: usize)
                 d.copy_from_slice(&(s as u16).to_ne_bytes());
             }
         }
-        (a, b) => return Err(format!("decoded {}-bit samples do not fit {}-bit storage", 8 * a, 8 * b)),
+        (a, b) => {
+            return Err(format!(
+                "decoded {}-bit samples do not fit {}-bit storage",
+                8 * a,
+                8 * b
+            ))
+        }
     }
     Ok(())
 }

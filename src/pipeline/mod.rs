@@ -51,10 +51,12 @@ impl Sizing {
         } else {
             cores.max(1)
         };
+        // One slot per busy thread, two per render worker (double buffering per stream), and a
+        // little slack: more only lengthens queues, and so latency, without adding throughput.
         let slots = if settings.slots > 0 {
             settings.slots
         } else {
-            (2 * (loaders + workers + writers) + 2).max(4)
+            (loaders + 2 * workers + writers + 2).max(4)
         };
         Sizing {
             loaders,
@@ -213,9 +215,12 @@ pub fn run(
         }
         Ok(())
     })?;
+    // Final GPU figures, and the backend's description after the run (e.g. the strategy
+    // that `transfer = auto` measured and chose).
+    backend.finish();
     stats.set_finished();
     Ok(collector.finish(
-        info,
+        backend.info(),
         sizing,
         started.elapsed(),
         pool.bytes_in_use(),

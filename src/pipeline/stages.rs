@@ -169,6 +169,7 @@ fn load_file(
             return;
         }
     };
+    let opened = Instant::now();
     let info = file.info.clone();
     let outputs = output_paths(ctx, c, &info);
     let _ = events.send(Event::FileStarted {
@@ -247,7 +248,10 @@ fn load_file(
             continue;
         }
         let end = Instant::now();
-        rec.record(end - started);
+        // Busy time excludes waiting for a free slot (that is backpressure, not decoding);
+        // the first frame carries the header parse.
+        let header = if f == 0 { opened - t0 } else { Duration::ZERO };
+        rec.record(header + (end - t_read));
         ctx.stats
             .totals
             .bytes_in

@@ -177,30 +177,41 @@ pub fn auto_window(
             let count_px = st.count();
             let thresh = (percent / 100.0 * count_px as f64) as u32 as u64;
             let bins = (max - min + 1) as usize;
-            let quant = |k: usize| -> u64 {
-                let v = min + k as i64;
-                st.inter
-                    .binary_search_by_key(&v, |x| x.0)
-                    .map(|i| st.inter[i].1)
-                    .unwrap_or(0)
-            };
+            // DCMTK walks every bin of the range; empty bins add nothing, so walking the
+            // (sorted, sparse) counts gives the same bins. Walking the range itself takes
+            // minutes for 32-bit data spanning billions of values.
             // Lower end: the bin after the one that crosses the threshold.
-            let (mut t, mut i) = (0u64, 0usize);
-            while i < bins && t < thresh {
-                t += quant(i);
-                i += 1;
-            }
+            let i = if thresh == 0 {
+                0
+            } else {
+                let mut t = 0u64;
+                st.inter
+                    .iter()
+                    .find(|x| {
+                        t += x.1;
+                        t >= thresh
+                    })
+                    .map_or(bins, |x| (x.0 - min) as usize + 1)
+            };
             let minvalue = if i < bins {
                 wrap(min + i as i64, ty)
             } else {
                 0
             };
             // Upper end: the bin that crosses it.
-            let (mut t, mut i) = (0u64, bins);
-            while i > 0 && t < thresh {
-                i -= 1;
-                t += quant(i);
-            }
+            let i = if thresh == 0 {
+                bins
+            } else {
+                let mut t = 0u64;
+                st.inter
+                    .iter()
+                    .rev()
+                    .find(|x| {
+                        t += x.1;
+                        t >= thresh
+                    })
+                    .map_or(0, |x| (x.0 - min) as usize)
+            };
             let maxvalue = if i > 0 { wrap(min + i as i64, ty) } else { 0 };
             (minvalue < maxvalue).then(|| window(minvalue as f64, maxvalue as f64))
         }

@@ -52,6 +52,16 @@ impl StageId {
     fn index(self) -> usize {
         self as usize
     }
+
+    /// The stage with this display name.
+    pub fn from_name(name: &str) -> Option<StageId> {
+        StageId::ALL.iter().copied().find(|s| s.name() == name)
+    }
+
+    /// Whether only some backends have this stage (host↔device transfers).
+    pub fn is_transfer(self) -> bool {
+        matches!(self, StageId::TransferIn | StageId::TransferOut)
+    }
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -253,19 +263,9 @@ impl Stats {
         self.start.elapsed()
     }
 
-    /// Merges everything into a consistent-enough view for display and reports.
-    pub fn snapshot(&self) -> Snapshot {
-        let elapsed = self.elapsed();
-        let stages = StageId::ALL
-            .iter()
-            .map(|&id| {
-                let slot = &self.stages[id.index()];
-                StageSnapshot::from_slot(id.name().to_string(), slot, elapsed)
-            })
-            .collect();
-        let latency = StageSnapshot::from_slot("latency".into(), &self.latency, elapsed);
-        let gauges = self
-            .gauges
+    /// Samples only the gauges (cheap; for trace counters when nothing else is displayed).
+    pub fn gauges(&self) -> Vec<GaugeSnapshot> {
+        self.gauges
             .lock()
             .map(|g| {
                 g.iter()
@@ -279,7 +279,21 @@ impl Stats {
                     })
                     .collect()
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// Merges everything into a consistent-enough view for display and reports.
+    pub fn snapshot(&self) -> Snapshot {
+        let elapsed = self.elapsed();
+        let stages = StageId::ALL
+            .iter()
+            .map(|&id| {
+                let slot = &self.stages[id.index()];
+                StageSnapshot::from_slot(id.name().to_string(), slot, elapsed)
+            })
+            .collect();
+        let latency = StageSnapshot::from_slot("latency".into(), &self.latency, elapsed);
+        let gauges = self.gauges();
         let (error_count, recent_errors) = self
             .errors
             .lock()
@@ -434,6 +448,24 @@ impl Snapshot {
     pub fn throughput(&self) -> f64 {
         self.frames_done as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
+
+    /// The frames this run is expected to finish, as far as is known now: the frames of the
+    /// files opened so far, or the image candidates found by the scan when that is more
+    /// (exact for single-frame files once the scan is over; grows while scanning).
+    pub fn frames_expected(&self) -> u64 {
+        let candidates = self
+            .files_found
+            .saturating_sub(self.files_skipped)
+            .saturating_sub(self.files_failed);
+        self.frames_planned
+            .max(candidates)
+            .max(self.frames_finished())
+    }
+
+    /// The statistics of one stage.
+    pub fn stage(&self, id: StageId) -> Option<&StageSnapshot> {
+        self.stages.get(id.index())
+    }
 }
 
 #[cfg(test)]
@@ -472,6 +504,18 @@ mod tests {
         assert_eq!(s.error_count, 60);
         assert_eq!(s.recent_errors.len(), RECENT_ERRORS);
         assert_eq!(s.recent_errors.last().unwrap().path, PathBuf::from("f59"));
+    }
+
+    #[test]
+    fn frames_expected_uses_the_scan_until_files_are_opened() {
+        let stats = Stats::new();
+        stats.totals.files_found.store(10, Ordering::Relaxed);
+        stats.totals.files_skipped.store(2, Ordering::Relaxed);
+        stats.totals.frames_planned.store(3, Ordering::Relaxed);
+        assert_eq!(stats.snapshot().frames_expected(), 8);
+        stats.totals.frames_planned.store(30, Ordering::Relaxed);
+        assert_eq!(stats.snapshot().frames_expected(), 30);
+        assert_eq!(StageId::from_name("read+decode"), Some(StageId::ReadDecode));
     }
 
     #[test]

@@ -35,12 +35,15 @@ struct HostMem {
 impl HostMem {
     fn pinned(len: usize, write_combined: bool) -> Result<HostMem, CudaError> {
         let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
-        let mut flags = cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP | cudarc::driver::sys::CU_MEMHOSTALLOC_PORTABLE;
+        let mut flags = cudarc::driver::sys::CU_MEMHOSTALLOC_DEVICEMAP
+            | cudarc::driver::sys::CU_MEMHOSTALLOC_PORTABLE;
         if write_combined {
             flags |= cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED;
         }
         // SAFETY: out pointer valid; freed in Drop.
-        driver::check("cuMemHostAlloc", unsafe { cudarc::driver::sys::cuMemHostAlloc(&mut p, len, flags) })?;
+        driver::check("cuMemHostAlloc", unsafe {
+            cudarc::driver::sys::cuMemHostAlloc(&mut p, len, flags)
+        })?;
         let mut dptr = 0;
         // SAFETY: p is mapped memory.
         driver::check("cuMemHostGetDevicePointer", unsafe {
@@ -99,7 +102,13 @@ fn e(err: CudaError) -> String {
     err.to_string()
 }
 
-fn launch_apply(ctx: &Ctx, stream: &Stream, input: u64, output: u64, pixels: u64) -> Result<(), CudaError> {
+fn launch_apply(
+    ctx: &Ctx,
+    stream: &Stream,
+    input: u64,
+    output: u64,
+    pixels: u64,
+) -> Result<(), CudaError> {
     let args = Args::default()
         .u64(input)
         .u64(output)
@@ -115,7 +124,12 @@ fn launch_apply(ctx: &Ctx, stream: &Stream, input: u64, output: u64, pixels: u64
 }
 
 /// Best-of-`iters` GB/s of one large copy direction.
-fn ceiling(ctx: &Ctx, stream: &Arc<Stream>, iters: usize, to_device: bool) -> Result<f64, CudaError> {
+fn ceiling(
+    ctx: &Ctx,
+    stream: &Arc<Stream>,
+    iters: usize,
+    to_device: bool,
+) -> Result<f64, CudaError> {
     let len = 256usize << 20;
     let host = HostMem::pinned(len, false)?;
     let dev = DeviceBuffer::alloc(stream, len)?;
@@ -154,7 +168,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Single-slice latency (median of `iters`): everything from the stored values on the host to
 /// 8-bit pixels on the host, synchronized.
-fn single(ctx: &Ctx, stream: &Arc<Stream>, n: u32, iters: usize, strategy: &str) -> Result<f64, CudaError> {
+fn single(
+    ctx: &Ctx,
+    stream: &Arc<Stream>,
+    n: u32,
+    iters: usize,
+    strategy: &str,
+) -> Result<f64, CudaError> {
     let pixels = n as usize * n as usize;
     let (in_len, out_len) = (pixels * 2, pixels);
     let mut times = Vec::with_capacity(iters);
@@ -168,12 +188,14 @@ fn single(ctx: &Ctx, stream: &Arc<Stream>, n: u32, iters: usize, strategy: &str)
             stream.synchronize()?;
             for _ in 0..iters {
                 let t = Instant::now();
-                // SAFETY: buffers hold the lengths copied.
-                unsafe { driver::copy_htod(din.ptr(), hin.ptr, in_len)? };
+                // From pageable memory the driver stages each copy (the call returns once the
+                // bytes are staged); on the stream they stay ordered with the kernel.
+                // SAFETY: buffers hold the lengths copied; synchronized below.
+                unsafe { driver::copy_htod_async(din.ptr(), hin.ptr, in_len, stream)? };
                 launch_apply(ctx, stream, din.ptr(), dout.ptr(), pixels as u64)?;
-                stream.synchronize()?;
                 // SAFETY: as above.
-                unsafe { driver::copy_dtoh(hout.ptr, dout.ptr(), out_len)? };
+                unsafe { driver::copy_dtoh_async(hout.ptr, dout.ptr(), out_len, stream)? };
+                stream.synchronize()?;
                 times.push(t.elapsed().as_secs_f64() * 1e3);
             }
         }
@@ -215,10 +237,18 @@ fn single(ctx: &Ctx, stream: &Arc<Stream>, n: u32, iters: usize, strategy: &str)
 
 /// Sustained throughput: `total` slices spread over `streams` streams, two slot pairs per
 /// stream, no synchronization until the end. Returns ms per slice.
-fn sustained(ctx: &Ctx, n: u32, total: usize, streams: usize, strategy: &str) -> Result<f64, CudaError> {
+fn sustained(
+    ctx: &Ctx,
+    n: u32,
+    total: usize,
+    streams: usize,
+    strategy: &str,
+) -> Result<f64, CudaError> {
     let pixels = n as usize * n as usize;
     let (in_len, out_len) = (pixels * 2, pixels);
-    let ss: Vec<Arc<Stream>> = (0..streams).map(|_| Stream::new(&ctx.device)).collect::<Result<_, _>>()?;
+    let ss: Vec<Arc<Stream>> = (0..streams)
+        .map(|_| Stream::new(&ctx.device))
+        .collect::<Result<_, _>>()?;
     let pairs = 2 * streams;
     let mut hin = Vec::new();
     let mut hout = Vec::new();
@@ -293,9 +323,9 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
     let stream = Stream::new(&device).map_err(e)?;
     let table = DeviceBuffer::alloc(&stream, 4096).map_err(e)?;
     let host_table: Vec<u8> = (0..4096u32).map(|i| (i >> 4) as u8).collect();
+    // SAFETY: table holds 4096 bytes; host_table outlives the synchronization.
+    unsafe { driver::copy_htod_async(table.ptr(), host_table.as_ptr(), 4096, &stream).map_err(e)? };
     stream.synchronize().map_err(e)?;
-    // SAFETY: table holds 4096 bytes.
-    unsafe { driver::copy_htod(table.ptr(), host_table.as_ptr(), 4096).map_err(e)? };
     let mut ctx = Ctx {
         device: device.clone(),
         _module: module.clone(),
@@ -338,7 +368,12 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
 
     // The production kernel beside read-only and write-only probes of the same shape on the
     // sustained zero-copy path: what mapped reads and writes reach alone on this bus.
-    let n = opts.sizes.iter().copied().find(|&s| s == 2000).unwrap_or(opts.sizes[0]);
+    let n = opts
+        .sizes
+        .iter()
+        .copied()
+        .find(|&s| s == 2000)
+        .unwrap_or(opts.sizes[0]);
     let s = opts.streams.iter().copied().max().unwrap_or(1);
     let mut variants = Vec::new();
     // Measured and dropped (BENCHMARKS.md): two or four loads in flight per thread, and
@@ -349,7 +384,9 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         ("probe_write_u16", 1, None),
     ] {
         let cname = std::ffi::CString::new(name).map_err(|_| "kernel name")?;
-        let f = module.function(Box::leak(cname.into_boxed_c_str())).map_err(e)?;
+        let f = module
+            .function(Box::leak(cname.into_boxed_c_str()))
+            .map_err(e)?;
         ctx.apply = f;
         ctx.per_thread = per_thread;
         ctx.grid = grid;
@@ -362,7 +399,11 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
     let _ = writeln!(
         out,
         "dicomflow bench transfer — GPU {}: {} (sm_{}{}), {} iterations",
-        device.ordinal, device.name, device.compute_capability.0, device.compute_capability.1, opts.iters
+        device.ordinal,
+        device.name,
+        device.compute_capability.0,
+        device.compute_capability.1,
+        opts.iters
     );
     let _ = writeln!(
         out,
@@ -395,9 +436,16 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
     );
     let px = n as f64 * n as f64;
     let bound_ms = (px * 2.0 / (h2d * 1e9)).max(px / (d2h * 1e9)) * 1e3;
-    let _ = writeln!(out, "zero-copy traffic, {n}x{n}, sustained on {s} streams (probes move the same bytes):");
+    let _ = writeln!(
+        out,
+        "zero-copy traffic, {n}x{n}, sustained on {s} streams (probes move the same bytes):"
+    );
     for (name, ms) in variants {
-        let _ = writeln!(out, "  {name:<20} {ms:>8.3} ms/slice  {:>5.2}x bound", ms / bound_ms);
+        let _ = writeln!(
+            out,
+            "  {name:<20} {ms:>8.3} ms/slice  {:>5.2}x bound",
+            ms / bound_ms
+        );
     }
     Ok(out)
 }

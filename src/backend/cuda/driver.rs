@@ -367,28 +367,6 @@ pub unsafe fn copy_dtoh_async(
     })
 }
 
-/// Synchronous copy host → device (the `pageable` strategy).
-///
-/// # Safety
-/// `src` valid for `len` bytes.
-pub unsafe fn copy_htod(dst: u64, src: *const u8, len: usize) -> Result<(), CudaError> {
-    // SAFETY: forwarded contract.
-    check("cuMemcpyHtoD", unsafe {
-        sys::cuMemcpyHtoD_v2(dst, src as *const c_void, len)
-    })
-}
-
-/// Synchronous copy device → host.
-///
-/// # Safety
-/// `dst` valid for `len` writable bytes.
-pub unsafe fn copy_dtoh(dst: *mut u8, src: u64, len: usize) -> Result<(), CudaError> {
-    // SAFETY: forwarded contract.
-    check("cuMemcpyDtoH", unsafe {
-        sys::cuMemcpyDtoH_v2(dst as *mut c_void, src, len)
-    })
-}
-
 /// Zeroes `count` 32-bit words on a stream.
 pub fn memset_u32_async(dst: u64, count: usize, stream: &Stream) -> Result<(), CudaError> {
     // SAFETY: dst is a device allocation of at least count words (caller's invariant).

@@ -148,7 +148,9 @@ impl CudaBackend {
     /// Opens the selected devices, compiles or loads the kernels, and sets up the pools.
     /// Fails (with the reason) when CUDA is not usable here.
     pub fn new(settings: &Settings, reason: &str) -> Result<CudaBackend, String> {
+        let started = std::time::Instant::now();
         let count = driver::probe()?;
+        let probed = started.elapsed();
         let ordinals: Vec<usize> = match &settings.gpus {
             GpuSelection::All => (0..count).collect(),
             GpuSelection::List(l) => {
@@ -165,6 +167,7 @@ impl CudaBackend {
                 .map_err(|e| format!("GPU {i}: {e}"))?;
             devices.push(d);
         }
+        let opened = started.elapsed();
         let cache = nvrtc::cache_dir(settings.kernel_cache.as_deref());
         let mut modules = Vec::new();
         let mut kernels = String::new();
@@ -184,6 +187,18 @@ impl CudaBackend {
             }
             modules.push(Module::load(d, &image).map_err(|e| format!("GPU {}: {e}", d.ordinal))?);
         }
+        let loaded = started.elapsed();
+        tracing::info!(
+            "CUDA ready in {:.0} ms (driver {:.0} ms, devices {:.0} ms, kernels {:.0} ms)",
+            loaded.as_secs_f64() * 1e3,
+            probed.as_secs_f64() * 1e3,
+            (opened - probed).as_secs_f64() * 1e3,
+            (loaded - opened).as_secs_f64() * 1e3
+        );
+        kernels.push_str(&format!(
+            "; CUDA ready in {:.0} ms",
+            loaded.as_secs_f64() * 1e3
+        ));
         let budget = if settings.pinned_budget_bytes > 0 {
             settings.pinned_budget_bytes
         } else {

@@ -161,10 +161,13 @@ impl CudaWorker {
             Strategy::Pageable => {
                 let input = driver::ensure_buffer(&mut self.dev_in, &self.stream, in_bytes)?;
                 let output = driver::ensure_buffer(&mut self.dev_out, &self.stream, out_bytes)?;
-                // The allocation above is stream-ordered: wait for it before a synchronous copy.
-                self.stream.synchronize()?;
-                // SAFETY: slot.input holds in_bytes (ordinary host memory).
-                unsafe { driver::copy_htod(input, slot.input.as_ptr(), in_bytes)? };
+                // From pageable memory the driver stages the copy through its own pinned
+                // buffer; issuing it on this stream keeps it ordered before the kernel (a legacy
+                // synchronous copy may return before its DMA lands).
+                // SAFETY: slot.input holds in_bytes and is not touched until the stream syncs.
+                unsafe {
+                    driver::copy_htod_async(input, slot.input.as_ptr(), in_bytes, &self.stream)?
+                };
                 Ok(Io { input, output })
             }
         }
@@ -185,11 +188,10 @@ impl CudaWorker {
             Strategy::Pinned => unsafe {
                 driver::copy_dtoh_async(dst, io.output, out_bytes, &self.stream)
             },
-            Strategy::Pageable => {
-                self.stream.synchronize()?;
-                // SAFETY: dst holds out_bytes.
-                unsafe { driver::copy_dtoh(dst, io.output, out_bytes) }
-            }
+            // SAFETY: dst holds out_bytes; the stream is synchronized before the slot moves on.
+            Strategy::Pageable => unsafe {
+                driver::copy_dtoh_async(dst, io.output, out_bytes, &self.stream)
+            },
         }
     }
 
@@ -198,10 +200,19 @@ impl CudaWorker {
         if self.table_key.as_ref() != Some(&key) || self.dev_table.is_none() {
             let ptr =
                 driver::ensure_buffer(&mut self.dev_table, &self.stream, self.host_table.len())?;
-            // Stream-ordered allocation must complete before a copy from pageable memory.
-            self.stream.synchronize()?;
-            // SAFETY: host_table holds that many bytes; the copy is synchronous.
-            unsafe { driver::copy_htod(ptr, self.host_table.as_ptr(), self.host_table.len())? };
+            // Ordered on this stream, before the kernel that reads the table. (A synchronous
+            // copy from pageable memory runs on the legacy stream and may return before its DMA
+            // lands: a kernel on this non-blocking stream could then read a stale table.)
+            // SAFETY: host_table is not modified until the stream is synchronized at the end of
+            // the frame.
+            unsafe {
+                driver::copy_htod_async(
+                    ptr,
+                    self.host_table.as_ptr(),
+                    self.host_table.len(),
+                    &self.stream,
+                )?
+            };
             self.table_key = Some(key);
         }
         Ok(self.dev_table.as_ref().map(|b| b.ptr()).unwrap_or(0))
@@ -261,9 +272,16 @@ impl CudaWorker {
         }
         self.host_counts.clear();
         self.host_counts.resize(bins, 0);
+        // SAFETY: host_counts holds `bins` u32 and is read only after the stream sync below.
+        unsafe {
+            driver::copy_dtoh_async(
+                self.host_counts.as_mut_ptr() as *mut u8,
+                counts,
+                bins * 4,
+                &self.stream,
+            )?
+        };
         self.stream.synchronize()?;
-        // SAFETY: host_counts holds `bins` u32; the copy is synchronous after the sync above.
-        unsafe { driver::copy_dtoh(self.host_counts.as_mut_ptr() as *mut u8, counts, bins * 4)? };
         Ok(table::frame_stats(g, &self.host_counts))
     }
 
@@ -398,12 +416,10 @@ impl CudaWorker {
         let in_bytes = plan.input_bytes();
         let out_bytes = plan.output_bytes();
         let pixels = plan.pixels() as u64;
-        let t0 = Instant::now();
         self.ev[0].record(&self.stream).map_err(cuda)?;
         let io = self
             .stage_in(strategy, slot, in_bytes, out_bytes)
             .map_err(cuda)?;
-        let t1 = Instant::now();
         self.ev[1].record(&self.stream).map_err(cuda)?;
         let window = match &plan.chain {
             Chain::Gray(g) => match IndexMap::of(&g.stored) {
@@ -416,29 +432,19 @@ impl CudaWorker {
             }
         };
         self.ev[2].record(&self.stream).map_err(cuda)?;
-        let t2 = Instant::now();
         self.stage_out(strategy, io, slot, out_bytes)
             .map_err(cuda)?;
         self.ev[3].record(&self.stream).map_err(cuda)?;
         self.stream.synchronize().map_err(cuda)?;
-        let t3 = Instant::now();
         let ms = |a: usize, b: usize| {
             Event::elapsed_ms(&self.ev[a], &self.ev[b])
                 .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
         };
-        let timings = if strategy == Strategy::Pageable {
-            // Synchronous copies run outside the stream: host clocks time them.
-            RenderTimings {
-                transfer_in: t1 - t0,
-                compute: ms(1, 2).map_err(cuda)?,
-                transfer_out: t3.saturating_duration_since(t2),
-            }
-        } else {
-            RenderTimings {
-                transfer_in: ms(0, 1).map_err(cuda)?,
-                compute: ms(1, 2).map_err(cuda)?,
-                transfer_out: ms(2, 3).map_err(cuda)?,
-            }
+        // Every transfer is queued on this stream, so its events time all three parts.
+        let timings = RenderTimings {
+            transfer_in: ms(0, 1).map_err(cuda)?,
+            compute: ms(1, 2).map_err(cuda)?,
+            transfer_out: ms(2, 3).map_err(cuda)?,
         };
         Ok(RenderOutcome {
             window,

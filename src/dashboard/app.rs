@@ -1,0 +1,344 @@
+//! The dashboard's state: what the drawing code reads. It is built only from successive
+//! [`Snapshot`]s of the run statistics (sampled at each tick by the display thread), so the
+//! same figures feed the dashboard, the progress line and the end-of-run summary. Recent
+//! rates (throughput, busy %) come from the difference between snapshots over a short window;
+//! before there is a window, the run-so-far figures of the snapshot are used.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dicomflow::stats::{Snapshot, StageId};
+
+/// Length of the window for recent rates, seconds.
+const WINDOW_S: f64 = 2.0;
+/// Shortest window worth computing a rate from, seconds.
+const MIN_WINDOW_S: f64 = 0.25;
+/// A point of the throughput sparkline every this many seconds.
+const SPARK_STEP_S: f64 = 0.25;
+/// Points kept for the sparkline.
+const SPARK_POINTS: usize = 400;
+
+const STAGES: usize = StageId::ALL.len();
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    t: f64,
+    counts: [u64; STAGES],
+    busy_s: [f64; STAGES],
+    finished: u64,
+}
+
+impl Sample {
+    fn of(s: &Snapshot) -> Sample {
+        let mut counts = [0; STAGES];
+        let mut busy_s = [0.0; STAGES];
+        for (i, st) in s.stages.iter().take(STAGES).enumerate() {
+            counts[i] = st.count;
+            busy_s[i] = st.busy_s;
+        }
+        Sample {
+            t: s.elapsed.as_secs_f64(),
+            counts,
+            busy_s,
+            finished: s.frames_finished(),
+        }
+    }
+}
+
+/// Recent rates from a sliding window of samples.
+#[derive(Debug, Default)]
+pub struct Rates {
+    samples: VecDeque<Sample>,
+}
+
+impl Rates {
+    /// Adds the sample of a snapshot; drops those older than the window.
+    pub fn push(&mut self, s: &Snapshot) {
+        let sample = Sample::of(s);
+        self.samples.push_back(sample);
+        while self.samples.len() > 2
+            && self
+                .samples
+                .get(1)
+                .is_some_and(|x| sample.t - x.t >= WINDOW_S)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    fn window(&self) -> Option<(&Sample, &Sample, f64)> {
+        let (a, b) = (self.samples.front()?, self.samples.back()?);
+        let dt = b.t - a.t;
+        (dt >= MIN_WINDOW_S).then_some((a, b, dt))
+    }
+
+    /// Frames finished per second, recently (or over the run so far).
+    pub fn frames_per_s(&self, s: &Snapshot) -> f64 {
+        match self.window() {
+            Some((a, b, dt)) => (b.finished - a.finished.min(b.finished)) as f64 / dt,
+            None => s.frames_finished() as f64 / s.elapsed.as_secs_f64().max(1e-9),
+        }
+    }
+
+    /// Slices per second through stage `i`, recently (or over the run so far).
+    pub fn stage_per_s(&self, s: &Snapshot, i: usize) -> f64 {
+        match self.window() {
+            Some((a, b, dt)) => (b.counts[i] - a.counts[i].min(b.counts[i])) as f64 / dt,
+            None => s.stages.get(i).map(|x| x.throughput).unwrap_or(0.0),
+        }
+    }
+
+    /// Busy fraction of stage `i` (0..=1), recently (or over the run so far).
+    pub fn stage_busy(&self, s: &Snapshot, i: usize) -> f64 {
+        let Some(st) = s.stages.get(i) else {
+            return 0.0;
+        };
+        match self.window() {
+            Some((a, b, dt)) if st.workers > 0 => {
+                ((b.busy_s[i] - a.busy_s[i]).max(0.0) / (dt * st.workers as f64)).min(1.0)
+            }
+            _ => st.busy_fraction,
+        }
+    }
+}
+
+/// Where the run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    Running,
+    Paused,
+    /// q or Ctrl-C: in-flight slices are being finished.
+    Finishing,
+    Done,
+}
+
+impl RunState {
+    pub fn label(self) -> &'static str {
+        match self {
+            RunState::Running => "RUNNING",
+            RunState::Paused => "PAUSED (p resumes)",
+            RunState::Finishing => "FINISHING in-flight slices",
+            RunState::Done => "DONE",
+        }
+    }
+}
+
+/// One row of the stage table.
+#[derive(Debug, Clone)]
+pub struct StageRow {
+    pub name: &'static str,
+    pub count: u64,
+    pub per_s: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// 0..=1.
+    pub busy: f64,
+    /// False for stages this backend does not have (no recorder, nothing counted).
+    pub present: bool,
+    pub bottleneck: bool,
+}
+
+/// Overall progress.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub finished: u64,
+    pub expected: u64,
+    pub per_s: f64,
+    pub eta: Option<Duration>,
+    pub errors: u64,
+}
+
+impl Progress {
+    /// Figures of a snapshot with the recent rate from `rates`.
+    pub fn of(s: &Snapshot, rates: &Rates) -> Progress {
+        let finished = s.frames_finished();
+        let expected = s.frames_expected();
+        let per_s = rates.frames_per_s(s);
+        let remaining = expected.saturating_sub(finished);
+        let eta = if remaining == 0 {
+            (expected > 0).then_some(Duration::ZERO)
+        } else if per_s > 0.0 {
+            Some(Duration::from_secs_f64(
+                (remaining as f64 / per_s).min(360_000.0),
+            ))
+        } else {
+            None
+        };
+        Progress {
+            finished,
+            expected,
+            per_s,
+            eta,
+            errors: s.error_count,
+        }
+    }
+
+    /// 0..=1.
+    pub fn ratio(&self) -> f64 {
+        if self.expected == 0 {
+            0.0
+        } else {
+            (self.finished as f64 / self.expected as f64).min(1.0)
+        }
+    }
+
+    /// "frames 120/200 (60%) 340 fr/s ETA 0:00:01 errors 0": the plain progress line.
+    pub fn line(&self) -> String {
+        format!(
+            "frames {}/{} ({:.0}%) {} fr/s ETA {} errors {}",
+            self.finished,
+            self.expected,
+            self.ratio() * 100.0,
+            rate(self.per_s),
+            self.eta.map(eta).unwrap_or_else(|| "-".into()),
+            self.errors
+        )
+    }
+}
+
+/// H:MM:SS (whole seconds elapsed).
+pub fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+}
+
+/// H:MM:SS for a time left, rounded up (0:00:00 only when nothing is left).
+pub fn eta(d: Duration) -> String {
+    clock(Duration::from_secs(d.as_secs_f64().ceil() as u64))
+}
+
+/// A rate with sensible precision.
+pub fn rate(x: f64) -> String {
+    if x < 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// Milliseconds with sensible precision.
+pub fn ms(x: f64) -> String {
+    if x < 10.0 {
+        format!("{x:.2}")
+    } else if x < 100.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// Everything the drawing code needs.
+pub struct App {
+    pub snap: Snapshot,
+    rates: Rates,
+    spark: VecDeque<u64>,
+    last_spark_t: f64,
+    /// The help overlay is shown.
+    pub help: bool,
+    /// q / Ctrl-C was pressed: in-flight slices are being finished.
+    pub cancelling: bool,
+    /// Where the logs go while the dashboard owns the terminal.
+    pub log_path: Option<PathBuf>,
+}
+
+impl App {
+    pub fn new(snap: Snapshot, log_path: Option<PathBuf>) -> App {
+        let mut app = App {
+            snap: snap.clone(),
+            rates: Rates::default(),
+            spark: VecDeque::new(),
+            last_spark_t: f64::NEG_INFINITY,
+            help: false,
+            cancelling: false,
+            log_path,
+        };
+        app.update(snap);
+        app
+    }
+
+    /// Takes a new snapshot into account.
+    pub fn update(&mut self, snap: Snapshot) {
+        self.rates.push(&snap);
+        let t = snap.elapsed.as_secs_f64();
+        self.snap = snap;
+        if t - self.last_spark_t >= SPARK_STEP_S {
+            self.last_spark_t = t;
+            let r = self.rates.frames_per_s(&self.snap).round() as u64;
+            self.spark.push_back(r);
+            if self.spark.len() > SPARK_POINTS {
+                self.spark.pop_front();
+            }
+        }
+    }
+
+    pub fn state(&self) -> RunState {
+        if self.snap.finished {
+            RunState::Done
+        } else if self.cancelling {
+            RunState::Finishing
+        } else if self.snap.paused {
+            RunState::Paused
+        } else {
+            RunState::Running
+        }
+    }
+
+    /// The stage table, with the bottleneck (highest recent busy % among stages that did
+    /// work, scan excepted) marked.
+    pub fn stage_rows(&self) -> Vec<StageRow> {
+        let s = &self.snap;
+        let mut rows: Vec<StageRow> = StageId::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let st = s.stages.get(i).cloned().unwrap_or_default();
+                StageRow {
+                    name: id.name(),
+                    count: st.count,
+                    per_s: self.rates.stage_per_s(s, i),
+                    p50_ms: st.p50_ms,
+                    p95_ms: st.p95_ms,
+                    p99_ms: st.p99_ms,
+                    max_ms: st.max_ms,
+                    busy: self.rates.stage_busy(s, i),
+                    present: st.count > 0 || (st.workers > 0 && !id.is_transfer()),
+                    bottleneck: false,
+                }
+            })
+            .collect();
+        let best = rows
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| r.count > 0 && *i != StageId::Scan as usize && r.busy > 0.0)
+            .max_by(|a, b| a.1.busy.total_cmp(&b.1.busy))
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            rows[i].bottleneck = true;
+        }
+        rows
+    }
+
+    pub fn progress(&self) -> Progress {
+        Progress::of(&self.snap, &self.rates)
+    }
+
+    /// Sparkline points, oldest first.
+    pub fn spark(&self) -> &VecDeque<u64> {
+        &self.spark
+    }
+
+    /// Share of host→device, kernel and device→host time in rendering, percent.
+    pub fn gpu_split(&self) -> Option<[f64; 3]> {
+        let busy = |id: StageId| self.snap.stage(id).map(|s| s.busy_s).unwrap_or(0.0);
+        let parts = [
+            busy(StageId::TransferIn),
+            busy(StageId::Compute),
+            busy(StageId::TransferOut),
+        ];
+        let total: f64 = parts.iter().sum();
+        (total > 0.0).then(|| parts.map(|p| p / total * 100.0))
+    }
+}

@@ -1,0 +1,284 @@
+//! `--report` and `--trace` from the real binary: the report validates against
+//! docs/report-schema.json (with a small validator of the schema subset the document uses),
+//! and the trace is trace-event JSON with spans for every stage and thread names.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_dicomflow")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+// ---- a validator for the JSON Schema subset of docs/report-schema.json ----
+
+const KEYWORDS: &[&str] = &[
+    "$schema",
+    "$id",
+    "title",
+    "description",
+    "type",
+    "required",
+    "properties",
+    "items",
+    "enum",
+    "const",
+    "$ref",
+    "$defs",
+    "minimum",
+];
+
+/// Every keyword the schema uses is one this validator implements (or an annotation).
+fn check_keywords(schema: &Value, at: &str) {
+    let Value::Object(m) = schema else {
+        panic!("{at}: a schema must be an object");
+    };
+    for (k, v) in m {
+        assert!(
+            KEYWORDS.contains(&k.as_str()),
+            "{at}: unsupported keyword {k}"
+        );
+        match k.as_str() {
+            "properties" | "$defs" => {
+                for (name, sub) in v.as_object().unwrap() {
+                    check_keywords(sub, &format!("{at}/{k}/{name}"));
+                }
+            }
+            "items" => check_keywords(v, &format!("{at}/items")),
+            _ => {}
+        }
+    }
+}
+
+fn type_matches(t: &str, v: &Value) -> bool {
+    match t {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "boolean" => v.is_boolean(),
+        "null" => v.is_null(),
+        "number" => v.is_number(),
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        other => panic!("unknown type {other}"),
+    }
+}
+
+fn validate(root: &Value, schema: &Value, v: &Value, at: &str, errors: &mut Vec<String>) {
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        let name = r
+            .strip_prefix("#/$defs/")
+            .unwrap_or_else(|| panic!("unsupported $ref {r}"));
+        let target = &root["$defs"][name];
+        assert!(!target.is_null(), "dangling $ref {r}");
+        validate(root, target, v, at, errors);
+    }
+    if let Some(t) = schema.get("type") {
+        let ok = match t {
+            Value::String(t) => type_matches(t, v),
+            Value::Array(ts) => ts.iter().any(|t| type_matches(t.as_str().unwrap(), v)),
+            _ => panic!("bad type keyword at {at}"),
+        };
+        if !ok {
+            errors.push(format!("{at}: expected type {t}, got {v}"));
+            return;
+        }
+    }
+    if let Some(c) = schema.get("const") {
+        if c != v {
+            errors.push(format!("{at}: expected {c}, got {v}"));
+        }
+    }
+    if let Some(Value::Array(options)) = schema.get("enum") {
+        if !options.contains(v) {
+            errors.push(format!("{at}: {v} is not one of {options:?}"));
+        }
+    }
+    if let (Some(min), Some(x)) = (schema.get("minimum").and_then(Value::as_f64), v.as_f64()) {
+        if x < min {
+            errors.push(format!("{at}: {x} < minimum {min}"));
+        }
+    }
+    if let Value::Object(obj) = v {
+        if let Some(Value::Array(req)) = schema.get("required") {
+            for r in req {
+                let r = r.as_str().unwrap();
+                if !obj.contains_key(r) {
+                    errors.push(format!("{at}: missing required property {r}"));
+                }
+            }
+        }
+        if let Some(Value::Object(props)) = schema.get("properties") {
+            for (k, sub) in props {
+                if let Some(x) = obj.get(k) {
+                    validate(root, sub, x, &format!("{at}/{k}"), errors);
+                }
+            }
+        }
+    }
+    if let (Value::Array(items), Some(sub)) = (v, schema.get("items")) {
+        for (i, x) in items.iter().enumerate() {
+            validate(root, sub, x, &format!("{at}/{i}"), errors);
+        }
+    }
+}
+
+fn schema() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/report-schema.json");
+    let s: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    check_keywords(&s, "#");
+    s
+}
+
+fn errors_of(schema: &Value, doc: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    validate(schema, schema, doc, "#", &mut errors);
+    errors
+}
+
+// ---- the test ----
+
+/// 6 good slices, a text file (skipped) and a truncated DICOM file (failed).
+fn inputs(dir: &Path) -> PathBuf {
+    let series = dir.join("series");
+    let st = Command::new(bin())
+        .args(["-q", "synth", "--size", "64", "--slices", "6"])
+        .arg(&series)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let first = std::fs::read_dir(&series)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .min()
+        .unwrap();
+    let bytes = std::fs::read(&first).unwrap();
+    std::fs::write(
+        series.join("zz-truncated.dcm"),
+        &bytes[..bytes.len() - 2000],
+    )
+    .unwrap();
+    std::fs::write(series.join("notes.txt"), "not DICOM").unwrap();
+    series
+}
+
+#[test]
+fn report_validates_and_trace_has_spans_for_every_stage() {
+    let dir = temp_dir("reports");
+    let series = inputs(&dir);
+    let (report, trace) = (dir.join("report.json"), dir.join("trace.json"));
+    let out = Command::new(bin())
+        .args(["run", "--no-tui", "--writers", "2"])
+        .arg(&series)
+        .arg("-o")
+        .arg(dir.join("out"))
+        .arg("--report")
+        .arg(&report)
+        .arg("--trace")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The truncated file fails, so the exit code is 1; the summary is printed.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("slices/s") && stderr.contains("errors: 1"),
+        "{stderr}"
+    );
+
+    // The report against the documented schema.
+    let schema = schema();
+    let doc: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let errors = errors_of(&schema, &doc);
+    assert!(
+        errors.is_empty(),
+        "report does not match the schema:\n{}",
+        errors.join("\n")
+    );
+    assert_eq!(doc["report_version"], 1);
+    assert_eq!(doc["versions"]["dicomflow"], env!("CARGO_PKG_VERSION"));
+    // `auto` picks the GPU where one is usable.
+    assert!(
+        ["cpu", "cuda"].contains(&doc["backend"]["name"].as_str().unwrap_or("")),
+        "{}",
+        doc["backend"]["name"]
+    );
+    let files = doc["result"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 8);
+    let status = |s: &str| files.iter().filter(|f| f["status"] == s).count();
+    assert_eq!(
+        (status("ok"), status("skipped"), status("failed")),
+        (6, 1, 1)
+    );
+    let stages: Vec<_> = doc["statistics"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            "scan",
+            "read+decode",
+            "transfer in",
+            "compute",
+            "transfer out",
+            "encode",
+            "write"
+        ]
+    );
+
+    // The validator is not vacuous.
+    let mut bad = doc.clone();
+    bad["result"]["files"][0]["status"] = "fine".into();
+    bad["statistics"]["stages"][1]["count"] = "six".into();
+    bad.as_object_mut().unwrap().remove("versions");
+    assert_eq!(
+        errors_of(&schema, &bad).len(),
+        3,
+        "{:?}",
+        errors_of(&schema, &bad)
+    );
+
+    // The trace: trace-event JSON, complete spans for every stage, named threads.
+    let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = t["traceEvents"].as_array().expect("traceEvents");
+    for e in events {
+        assert!(e["ph"].is_string() && e["pid"].is_number() && e["name"].is_string());
+    }
+    let spans: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+    for s in &spans {
+        assert!(s["ts"].as_f64().unwrap() >= 0.0 && s["dur"].as_f64().unwrap() >= 0.0);
+        assert!(s["tid"].is_number());
+    }
+    for stage in ["read+decode", "compute", "encode", "write"] {
+        let n = spans.iter().filter(|s| s["cat"] == stage).count();
+        assert_eq!(n, 6, "spans for {stage}");
+    }
+    let threads: Vec<_> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    for prefix in ["load-", "render-", "write-"] {
+        assert!(
+            threads.iter().any(|t| t.starts_with(prefix)),
+            "{prefix} in {threads:?}"
+        );
+    }
+    // Every span's thread has a name.
+    for s in &spans {
+        assert!(events
+            .iter()
+            .any(|e| e["name"] == "thread_name" && e["tid"] == s["tid"]));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
