@@ -48,8 +48,9 @@ pub fn select_backend(settings: &Settings) -> Result<Arc<dyn Backend>, FatalErro
             .map_err(|why| {
                 FatalError::Backend(format!("backend = \"cuda\" is not usable here: {why}"))
             }),
-        BackendChoice::Auto => match CudaBackend::new(settings, "auto: CUDA device found") {
-            Ok(b) => Ok(Arc::new(b)),
+        BackendChoice::Auto => match backend::cuda::driver::libraries() {
+            // The driver is there: initialize it in the background while the CPU starts.
+            Ok(()) => Ok(Arc::new(backend::warm::WarmStart::start(settings))),
             Err(why) => {
                 tracing::info!("CUDA not usable ({why}); using the CPU backend");
                 Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))

@@ -5,7 +5,7 @@ mod cli;
 mod dashboard;
 mod signals;
 
-use std::process::ExitCode;
+use std::io::Write;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use dicomflow::error::FatalError;
 use dicomflow::render::spec::parse_voi_override;
 use dicomflow::render::RenderOptions;
 
-fn main() -> ExitCode {
+fn main() {
     let cli = Cli::parse();
     let code = match run(cli) {
         Ok(code) => code,
@@ -26,7 +26,15 @@ fn main() -> ExitCode {
             2
         }
     };
-    ExitCode::from(code as u8)
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // Leave without atexit handlers: every output is complete on disk (atomic renames), the
+    // report is written and the terminal restored. What remains is releasing page-locked
+    // memory and CUDA contexts, which process exit does at once, and a CUDA initialization
+    // possibly still running on `auto`'s warm-start thread must not race the driver's own
+    // exit handlers.
+    // SAFETY: _exit only ends the process; no Rust invariant depends on destructors here.
+    unsafe { libc::_exit(code) }
 }
 
 fn init_logging(verbose: u8, quiet: bool) {
@@ -56,6 +64,8 @@ fn run(cli: Cli) -> Result<i32, FatalError> {
         Command::Run(args) => {
             let settings = Settings::resolve(args.config.as_deref(), &args.to_raw())?;
             let backend = dicomflow::select_backend(&settings)?;
+            // Kept alive to the end: the process exits without tearing the driver down.
+            std::mem::forget(backend.clone());
             let stats = dicomflow::stats::Stats::new();
             let cancel = Arc::new(AtomicBool::new(false));
             signals::cancel_on_interrupt(cancel.clone());
@@ -94,6 +104,9 @@ fn run(cli: Cli) -> Result<i32, FatalError> {
             }
             if !cli.quiet {
                 eprint!("{}", dicomflow::report::summary(&result, &snapshot));
+            } else {
+                // -q keeps errors: the failed files, one line each.
+                eprint!("{}", dicomflow::report::failures(&result));
             }
             Ok(result.exit_code())
         }

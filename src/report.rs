@@ -173,26 +173,7 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     } else {
         let _ = writeln!(s, "  errors: {}", stats.error_count);
     }
-    let failed: Vec<_> = result.failed().collect();
-    if !failed.is_empty() {
-        let _ = writeln!(s, "  failed:");
-        for f in failed {
-            for x in &f.failures {
-                let frame = x
-                    .frame
-                    .map(|n| format!(" (frame {})", n + 1))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    s,
-                    "    {}{}: {}: {}",
-                    f.path.display(),
-                    frame,
-                    x.stage,
-                    x.reason
-                );
-            }
-        }
-    }
+    s.push_str(&failures(result));
     let skipped: Vec<_> = result
         .files
         .iter()
@@ -210,6 +191,34 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         }
         if skipped.len() > 20 {
             let _ = writeln!(s, "    ... and {} more (see --report)", skipped.len() - 20);
+        }
+    }
+    s
+}
+
+/// One line per failure (`path (frame n): stage: reason`), under a `failed:` heading; empty
+/// when nothing failed. Printed even with `-q`: failures are errors.
+pub fn failures(result: &RunResult) -> String {
+    let mut s = String::new();
+    let failed: Vec<_> = result.failed().collect();
+    if failed.is_empty() {
+        return s;
+    }
+    let _ = writeln!(s, "  failed:");
+    for f in failed {
+        for x in &f.failures {
+            let frame = x
+                .frame
+                .map(|n| format!(" (frame {})", n + 1))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "    {}{}: {}: {}",
+                f.path.display(),
+                frame,
+                x.stage,
+                x.reason
+            );
         }
     }
     s

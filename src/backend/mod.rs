@@ -4,6 +4,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod warm;
 
 use std::sync::Arc;
 use std::time::Duration;

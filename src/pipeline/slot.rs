@@ -24,6 +24,11 @@ pub trait HostAllocator: Send + Sync {
     fn kind(&self) -> &'static str;
     /// Bytes currently allocated through this allocator.
     fn bytes_in_use(&self) -> u64;
+    /// Whether a buffer from an earlier state of the allocator should be replaced at its next
+    /// reserve (heap slots made before the GPU was ready become pinned ones).
+    fn should_replace(&self, _buf: &HostBuffer) -> bool {
+        false
+    }
 }
 
 /// How a [`HostBuffer`] gives its memory back.
@@ -173,14 +178,16 @@ impl Slot {
     /// Makes sure the slot can hold `input` and `output` bytes, growing (reallocating) a
     /// buffer that is too small. Growth is rare: slots keep the largest size they have seen.
     pub fn reserve(&mut self, input: usize, output: usize) -> Result<(), String> {
-        if self.input.capacity() < input {
+        if self.input.capacity() < input || self.allocator.should_replace(&self.input) {
+            let want = round_up(input.max(self.input.capacity()));
             // Free first, so a budget that fits one copy is not exceeded by two.
             self.input = self.allocator.allocate(0)?;
-            self.input = self.allocator.allocate(round_up(input))?;
+            self.input = self.allocator.allocate(want)?;
         }
-        if self.output.capacity() < output {
+        if self.output.capacity() < output || self.allocator.should_replace(&self.output) {
+            let want = round_up(output.max(self.output.capacity()));
             self.output = self.allocator.allocate(0)?;
-            self.output = self.allocator.allocate(round_up(output))?;
+            self.output = self.allocator.allocate(want)?;
         }
         Ok(())
     }

@@ -54,6 +54,13 @@ pub(crate) fn scan_stage(
     source::scan(inputs, exclude, &ctx.cancel, |item| {
         let now = Instant::now();
         rec.record(now - last);
+        if let Some(t) = &ctx.tracer {
+            let path = match &item {
+                ScanItem::Dicom(c) => &c.path,
+                ScanItem::Skipped { path, .. } | ScanItem::Error { path, .. } => path,
+            };
+            t.span(StageId::Scan, &path.display().to_string(), last, now);
+        }
         ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
         let ok = match item {
             ScanItem::Skipped { path, reason } => {
@@ -317,7 +324,18 @@ pub(crate) fn render_stage(
                     rec_out.record(t.transfer_out);
                 }
                 if let Some(tr) = &ctx.tracer {
-                    tr.span(StageId::Compute, &job.label, start, Instant::now());
+                    // GPU parts as measured by CUDA events, laid end to end in the worker's
+                    // wall-clock interval (the CPU backend has compute only).
+                    let end = Instant::now();
+                    let t_in = (start + t.transfer_in).min(end);
+                    let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_in).max(t_in);
+                    if !t.transfer_in.is_zero() {
+                        tr.span(StageId::TransferIn, &job.label, start, t_in);
+                    }
+                    tr.span(StageId::Compute, &job.label, t_in, t_out);
+                    if !t.transfer_out.is_zero() {
+                        tr.span(StageId::TransferOut, &job.label, t_out, end);
+                    }
                 }
                 job.window = outcome.window;
                 job.device = outcome.device;

@@ -49,14 +49,21 @@ pub fn check(call: &'static str, r: sys::CUresult) -> Result<(), CudaError> {
     }
 }
 
+/// Whether libcuda and libnvrtc can be loaded (cheap: no driver call).
+pub fn libraries() -> Result<(), String> {
+    // SAFETY: these only try to dlopen the libraries; no driver call is made.
+    let libs = unsafe { sys::is_culib_present() && cudarc::nvrtc::sys::is_culib_present() };
+    if libs {
+        Ok(())
+    } else {
+        Err("libcuda or libnvrtc not found".into())
+    }
+}
+
 /// Whether CUDA is usable here: libcuda and libnvrtc load, the driver initialises, and at
 /// least one device exists. Returns the device count, or why not.
 pub fn probe() -> Result<usize, String> {
-    // SAFETY: these only try to dlopen the libraries; no driver call is made.
-    let libs = unsafe { sys::is_culib_present() && cudarc::nvrtc::sys::is_culib_present() };
-    if !libs {
-        return Err("libcuda or libnvrtc not found".into());
-    }
+    libraries()?;
     // SAFETY: the library is present (checked above); cuInit has no preconditions.
     check("cuInit", unsafe { sys::cuInit(0) }).map_err(|e| e.to_string())?;
     let mut n = 0;

@@ -1,0 +1,238 @@
+//! `backend = "auto"` with a warm start. Opening the CUDA driver, the device's context and the
+//! kernels takes about a quarter of a second on the H200 host, as long as rendering a thousand
+//! 512×512 slices. So `auto` starts rendering on the CPU reference at once while CUDA
+//! initializes on a background thread, and each render worker moves to the GPU as soon as it is
+//! ready. Both produce identical bytes, so where a frame was rendered changes nothing in the
+//! output; the report says how many frames the CPU rendered during the warm-up. When CUDA turns
+//! out to be unusable, the run simply stays on the CPU (and says why).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::backend::cpu::{CpuBackend, CpuRenderer};
+use crate::backend::cuda::CudaBackend;
+use crate::backend::{Backend, BackendInfo, RenderOutcome, RenderWorker};
+use crate::config::{Settings, Transfer};
+use crate::pipeline::slot::{HeapAllocator, HostAllocator, HostBuffer, Slot};
+use crate::stats::Stats;
+
+type Ready = Arc<OnceLock<Result<Arc<CudaBackend>, String>>>;
+
+/// The warm-starting backend.
+pub struct WarmStart {
+    cpu: CpuBackend,
+    cuda: Ready,
+    init: Mutex<Option<std::thread::JoinHandle<()>>>,
+    allocator: Arc<SwitchAllocator>,
+    stats: Arc<OnceLock<Arc<Stats>>>,
+    workers: usize,
+    cpu_frames: Arc<AtomicU64>,
+}
+
+impl WarmStart {
+    /// Starts CUDA initialization in the background and returns at once.
+    pub fn start(settings: &Settings) -> WarmStart {
+        let cuda: Ready = Arc::new(OnceLock::new());
+        let stats: Arc<OnceLock<Arc<Stats>>> = Arc::new(OnceLock::new());
+        let init = {
+            let (cuda, stats, settings) = (cuda.clone(), stats.clone(), settings.clone());
+            std::thread::Builder::new()
+                .name("cuda-init".into())
+                .spawn(move || {
+                    let result =
+                        CudaBackend::new(&settings, "auto: CUDA device found").map(Arc::new);
+                    if let (Ok(b), Some(s)) = (&result, stats.get()) {
+                        b.attach_stats(s.clone());
+                        s.set_backend(format!("cuda ({})", b.info().transfer));
+                    }
+                    if let Err(why) = &result {
+                        tracing::info!("CUDA not usable ({why}); staying on the CPU backend");
+                    }
+                    let _ = cuda.set(result);
+                })
+                .ok()
+        };
+        if init.is_none() {
+            let _ = cuda.set(Err("cannot start the CUDA initialization thread".into()));
+        }
+        // Workers for whichever backend ends up rendering: the GPU wants one per stream per
+        // device, the CPU a quarter of the cores.
+        let devices = visible_gpus().max(1);
+        let workers = (settings.streams * devices).max(CpuBackend::new("").default_workers());
+        WarmStart {
+            cpu: CpuBackend::new("auto: CUDA still initializing"),
+            allocator: Arc::new(SwitchAllocator {
+                heap: HeapAllocator::default(),
+                cuda: cuda.clone(),
+                pageable: settings.transfer == Transfer::Pageable,
+            }),
+            cuda,
+            init: Mutex::new(init),
+            stats,
+            workers,
+            cpu_frames: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Waits for the CUDA initialization to end (either way).
+    pub fn wait_ready(&self) {
+        if let Some(h) = self.init.lock().ok().and_then(|mut g| g.take()) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// GPUs the driver exposes, counted from /dev without touching the driver (0 if unknown).
+fn visible_gpus() -> usize {
+    std::fs::read_dir("/dev")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.strip_prefix("nvidia")
+                        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+impl Backend for WarmStart {
+    fn info(&self) -> BackendInfo {
+        let cpu_frames = self.cpu_frames.load(Ordering::Relaxed);
+        match self.cuda.get() {
+            Some(Ok(b)) => {
+                let mut info = b.info();
+                if cpu_frames > 0 {
+                    info.reason.push_str(&format!(
+                        "; warm start: {cpu_frames} frame(s) rendered on the CPU while CUDA initialized"
+                    ));
+                }
+                info
+            }
+            Some(Err(why)) => {
+                let mut info = self.cpu.info();
+                info.reason = format!("auto: {why}");
+                info
+            }
+            None => self.cpu.info(),
+        }
+    }
+
+    fn allocator(&self) -> Arc<dyn HostAllocator> {
+        self.allocator.clone()
+    }
+
+    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, String> {
+        Ok(Box::new(WarmWorker {
+            index,
+            cpu: CpuRenderer::default(),
+            gpu: None,
+            gpu_failed: false,
+            cuda: self.cuda.clone(),
+            pageable: self.allocator.pageable,
+            cpu_frames: self.cpu_frames.clone(),
+        }))
+    }
+
+    fn default_workers(&self) -> usize {
+        self.workers
+    }
+
+    fn attach_stats(&self, stats: Arc<Stats>) {
+        let _ = self.stats.set(stats.clone());
+        if let Some(Ok(b)) = self.cuda.get() {
+            b.attach_stats(stats.clone());
+            stats.set_backend(format!("cuda ({})", b.info().transfer));
+        }
+    }
+
+    fn finish(&self) {
+        // A job shorter than the driver's start does not wait for it: the binary leaves with
+        // _exit, and library users may call `wait_ready`.
+        if let Some(Ok(b)) = self.cuda.get() {
+            b.finish();
+        }
+    }
+}
+
+/// Heap memory until CUDA is ready, mapped page-locked memory afterwards; heap slots are
+/// replaced by pinned ones the next time they are reserved.
+struct SwitchAllocator {
+    heap: HeapAllocator,
+    cuda: Ready,
+    pageable: bool,
+}
+
+impl HostAllocator for SwitchAllocator {
+    fn allocate(&self, len: usize) -> Result<HostBuffer, String> {
+        match self.cuda.get() {
+            Some(Ok(b)) => b.allocator().allocate(len),
+            _ => self.heap.allocate(len),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.cuda.get() {
+            Some(Ok(b)) => b.allocator().kind(),
+            _ => self.heap.kind(),
+        }
+    }
+
+    fn bytes_in_use(&self) -> u64 {
+        let gpu = match self.cuda.get() {
+            Some(Ok(b)) => b.allocator().bytes_in_use(),
+            _ => 0,
+        };
+        self.heap.bytes_in_use() + gpu
+    }
+
+    fn should_replace(&self, buf: &HostBuffer) -> bool {
+        !self.pageable
+            && buf.capacity() > 0
+            && buf.device_ptr() == 0
+            && matches!(self.cuda.get(), Some(Ok(_)))
+    }
+}
+
+/// A render worker that starts on the CPU and moves to the GPU when CUDA is ready.
+struct WarmWorker {
+    index: usize,
+    cpu: CpuRenderer,
+    gpu: Option<Box<dyn RenderWorker>>,
+    gpu_failed: bool,
+    cuda: Ready,
+    pageable: bool,
+    cpu_frames: Arc<AtomicU64>,
+}
+
+impl RenderWorker for WarmWorker {
+    fn render(
+        &mut self,
+        plan: &crate::render::plan::FramePlan,
+        slot: &mut Slot,
+    ) -> Result<RenderOutcome, String> {
+        if self.gpu.is_none() && !self.gpu_failed {
+            if let Some(Ok(b)) = self.cuda.get() {
+                match b.worker(self.index) {
+                    Ok(w) => self.gpu = Some(w),
+                    Err(e) => {
+                        tracing::warn!("render worker {} stays on the CPU: {e}", self.index);
+                        self.gpu_failed = true;
+                    }
+                }
+            }
+        }
+        // A slot allocated before CUDA was ready is ordinary heap memory: the GPU cannot map
+        // it, so the CPU renders that frame (the slot becomes pinned at its next reserve).
+        let mapped = slot.input.device_ptr() != 0 && slot.output.device_ptr() != 0;
+        match &mut self.gpu {
+            Some(g) if mapped || self.pageable => g.render(plan, slot),
+            _ => {
+                self.cpu_frames.fetch_add(1, Ordering::Relaxed);
+                self.cpu.render(plan, slot)
+            }
+        }
+    }
+}
