@@ -39,6 +39,8 @@ pub enum Event {
         bytes: u64,
         window: Option<Window>,
         device: Option<usize>,
+        /// First byte read → output renamed.
+        latency: std::time::Duration,
     },
     /// A frame's output already existed (`--skip-existing`).
     FrameExisting {
@@ -98,6 +100,8 @@ pub struct OutputRecord {
     pub existing: bool,
     pub window: Option<Window>,
     pub device: Option<usize>,
+    /// Milliseconds from the first byte read to the output renamed (absent when existing).
+    pub latency_ms: Option<f64>,
 }
 
 /// One failure.
@@ -293,6 +297,7 @@ impl Collector {
                 bytes,
                 window,
                 device,
+                latency,
             } => {
                 t.frames_done.fetch_add(1, Ordering::Relaxed);
                 t.bytes_out.fetch_add(bytes, Ordering::Relaxed);
@@ -303,6 +308,7 @@ impl Collector {
                     existing: false,
                     window,
                     device,
+                    latency_ms: Some(latency.as_secs_f64() * 1e3),
                 });
             }
             Event::FrameExisting { id, frame, output } => {
@@ -315,6 +321,7 @@ impl Collector {
                     existing: true,
                     window: None,
                     device: None,
+                    latency_ms: None,
                 });
             }
             Event::FrameFailed {

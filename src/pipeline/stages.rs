@@ -435,6 +435,7 @@ pub(crate) fn write_stage(ctx: &Context, rx: Receiver<Job>, events: Sender<Event
             bytes: bytes.len() as u64,
             window,
             device,
+            latency: t2 - started,
         });
     }
 }
