@@ -6,8 +6,9 @@
 #include "common.cuh"
 
 // Histogram of table indices, sub-histograms in shared memory (bins <= 12288).
-extern "C" __global__ void gray_hist_shared_u16(const u16* __restrict__ in, u64 n, u32 shift, u32 mask,
-                                                u32* __restrict__ counts) {
+template <typename T>
+__device__ __forceinline__ void hist_shared(const T* __restrict__ in, u64 n, u32 shift, u32 mask,
+                                            u32* __restrict__ counts) {
     extern __shared__ u32 local[];
     u32 bins = mask + 1;
     for (u32 b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
@@ -21,28 +22,30 @@ extern "C" __global__ void gray_hist_shared_u16(const u16* __restrict__ in, u64 
 }
 
 // Histogram of table indices straight into global memory (any number of bins).
-extern "C" __global__ void gray_hist_global_u16(const u16* __restrict__ in, u64 n, u32 shift, u32 mask,
-                                                u32* __restrict__ counts) {
+template <typename T>
+__device__ __forceinline__ void hist_global(const T* __restrict__ in, u64 n, u32 shift, u32 mask,
+                                            u32* __restrict__ counts) {
     GRID_STRIDE(i, n) { atomicAdd(&counts[table_index(in[i], shift, mask)], 1u); }
+}
+
+extern "C" __global__ void gray_hist_shared_u16(const u16* __restrict__ in, u64 n, u32 shift, u32 mask,
+                                                u32* __restrict__ counts) {
+    hist_shared(in, n, shift, mask, counts);
 }
 
 extern "C" __global__ void gray_hist_shared_u8(const u8* __restrict__ in, u64 n, u32 shift, u32 mask,
                                                u32* __restrict__ counts) {
-    extern __shared__ u32 local[];
-    u32 bins = mask + 1;
-    for (u32 b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
-    __syncthreads();
-    GRID_STRIDE(i, n) { atomicAdd(&local[table_index(in[i], shift, mask)], 1u); }
-    __syncthreads();
-    for (u32 b = threadIdx.x; b < bins; b += blockDim.x) {
-        u32 c = local[b];
-        if (c) atomicAdd(&counts[b], c);
-    }
+    hist_shared(in, n, shift, mask, counts);
+}
+
+extern "C" __global__ void gray_hist_global_u16(const u16* __restrict__ in, u64 n, u32 shift, u32 mask,
+                                                u32* __restrict__ counts) {
+    hist_global(in, n, shift, mask, counts);
 }
 
 extern "C" __global__ void gray_hist_global_u32(const u32* __restrict__ in, u64 n, u32 shift, u32 mask,
                                                 u32* __restrict__ counts) {
-    GRID_STRIDE(i, n) { atomicAdd(&counts[table_index(in[i], shift, mask)], 1u); }
+    hist_global(in, n, shift, mask, counts);
 }
 
 // 16-bit stored values -> 8-bit pixels, 8 pixels per thread: one 16-byte load, one 8-byte store.

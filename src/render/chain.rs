@@ -22,41 +22,39 @@ pub fn modality_value(plan: &GrayPlan, stored: i32) -> i64 {
     }
 }
 
-/// The possible (absolute) range of post-modality values (§2.3, §3.2, §3.3), as doubles.
-pub fn absolute_range(plan: &GrayPlan) -> (f64, f64) {
-    let (lo, hi) = plan.stored.range();
+/// Post-modality range of stored values in [lo, hi], unrounded (§3.2 bookkeeping); a
+/// Modality LUT maps to `lut_range`.
+fn modality_range(
+    plan: &GrayPlan,
+    lo: i64,
+    hi: i64,
+    lut_range: impl FnOnce(&Lut) -> (f64, f64),
+) -> (f64, f64) {
     let (lo, hi) = (lo as f64, hi as f64);
     match &plan.modality {
         Modality::Identity => (lo, hi),
-        Modality::Rescale { slope, intercept } => {
-            if *slope > 0.0 {
-                (lo * slope + intercept, hi * slope + intercept)
-            } else {
-                (hi * slope + intercept, lo * slope + intercept)
-            }
+        Modality::Rescale { slope, intercept } if *slope > 0.0 => {
+            (lo * slope + intercept, hi * slope + intercept)
         }
-        Modality::Lut(lut) => (0.0, ((1u32 << lut.bits) - 1) as f64),
+        Modality::Rescale { slope, intercept } => (hi * slope + intercept, lo * slope + intercept),
+        Modality::Lut(lut) => lut_range(lut),
     }
 }
 
-/// The actual post-modality range, unrounded, from the stored min/max (§3.2 bookkeeping);
-/// for a Modality LUT, the table's own range. Decides DCMTK's intermediate integer type.
+/// The possible (absolute) range of post-modality values (§2.3, §3.2, §3.3): a Modality LUT's
+/// is 0..2^bits-1.
+pub fn absolute_range(plan: &GrayPlan) -> (f64, f64) {
+    let (lo, hi) = plan.stored.range();
+    modality_range(plan, lo, hi, |lut| (0.0, ((1u32 << lut.bits) - 1) as f64))
+}
+
+/// The actual post-modality range from the frame's stored min/max; for a Modality LUT, the
+/// table's own range. Decides DCMTK's intermediate integer type.
 fn actual_range(plan: &GrayPlan, stored_min: i64, stored_max: i64) -> (f64, f64) {
-    let (lo, hi) = (stored_min as f64, stored_max as f64);
-    match &plan.modality {
-        Modality::Identity => (lo, hi),
-        Modality::Rescale { slope, intercept } => {
-            if *slope > 0.0 {
-                (lo * slope + intercept, hi * slope + intercept)
-            } else {
-                (hi * slope + intercept, lo * slope + intercept)
-            }
-        }
-        Modality::Lut(lut) => {
-            let (a, b) = lut.data_range();
-            (a as f64, b as f64)
-        }
-    }
+    modality_range(plan, stored_min, stored_max, |lut| {
+        let (a, b) = lut.data_range();
+        (a as f64, b as f64)
+    })
 }
 
 /// DCMTK's intermediate integer type for a value range (§3.5): (bits, signed).

@@ -77,23 +77,26 @@ impl YbrTables {
     }
 }
 
+/// DCMTK's clamp of a converted colour value to [0, m], truncating.
+#[inline]
+fn clip(d: f64, m: f64) -> u32 {
+    if d < 0.0 {
+        0
+    } else if d > m {
+        m as u32
+    } else {
+        d as u32
+    }
+}
+
 /// DCMTK's double YBR_FULL formula with maximum `m` (§8.2).
 #[inline]
 fn ybr_full_double(y: u32, cb: u32, cr: u32, m: f64) -> [u32; 3] {
     let (y, cb, cr) = (y as f64, cb as f64, cr as f64);
-    let clip = |d: f64| -> u32 {
-        if d < 0.0 {
-            0
-        } else if d > m {
-            m as u32
-        } else {
-            d as u32
-        }
-    };
     [
-        clip(y + 1.4020 * cr - 0.7010 * m),
-        clip(y - 0.3441 * cb - 0.7141 * cr + 0.5291 * m),
-        clip(y + 1.7720 * cb - 0.8859 * m),
+        clip(y + 1.4020 * cr - 0.7010 * m, m),
+        clip(y - 0.3441 * cb - 0.7141 * cr + 0.5291 * m, m),
+        clip(y + 1.7720 * cb - 0.8859 * m, m),
     ]
 }
 
@@ -101,19 +104,10 @@ fn ybr_full_double(y: u32, cb: u32, cr: u32, m: f64) -> [u32; 3] {
 #[inline]
 fn ybr_partial_double(y: u32, cb: u32, cr: u32, m: f64) -> [u32; 3] {
     let (y, cb, cr) = (y as f64, cb as f64, cr as f64);
-    let clip = |d: f64| -> u32 {
-        if d < 0.0 {
-            0
-        } else if d > m {
-            m as u32
-        } else {
-            d as u32
-        }
-    };
     [
-        clip(1.1631 * y + 1.5969 * cr - 0.8713 * m),
-        clip(1.1631 * y - 0.3913 * cb - 0.8121 * cr + 0.5290 * m),
-        clip(1.1631 * y + 2.0177 * cb - 1.0820 * m),
+        clip(1.1631 * y + 1.5969 * cr - 0.8713 * m, m),
+        clip(1.1631 * y - 0.3913 * cb - 0.8121 * cr + 0.5290 * m, m),
+        clip(1.1631 * y + 2.0177 * cb - 1.0820 * m, m),
     ]
 }
 

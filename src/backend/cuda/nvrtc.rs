@@ -209,6 +209,32 @@ mod tests {
         assert!(s.contains("gray_apply_u16") && s.contains("color_full"));
     }
 
+    /// Compiles the real kernels when NVRTC can be loaded (no GPU needed: e.g. with the
+    /// `nvidia-cuda-nvrtc` wheel's lib folder on LD_LIBRARY_PATH); skips, saying so, otherwise.
+    #[test]
+    fn kernels_compile_with_nvrtc_for_hopper_and_older() {
+        // SAFETY: only tries to dlopen libnvrtc.
+        if !unsafe { nv::is_culib_present() } {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping kernels_compile_with_nvrtc: libnvrtc not found"
+            );
+            return;
+        }
+        for arch in [(9, 0), (8, 0)] {
+            let cubin = compile(&source(), &options(arch))
+                .unwrap_or_else(|e| panic!("sm_{}{}: {e}", arch.0, arch.1));
+            assert!(
+                cubin.len() > 1000,
+                "sm_{}{}: {} bytes",
+                arch.0,
+                arch.1,
+                cubin.len()
+            );
+        }
+    }
+
     #[test]
     fn cache_key_changes_with_the_source() {
         assert_ne!(hash128(b"a"), hash128(b"b"));

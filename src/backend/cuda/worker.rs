@@ -148,23 +148,15 @@ impl CudaWorker {
                 input: slot.input.device_ptr(),
                 output: slot.output.device_ptr(),
             }),
-            Strategy::Pinned => {
+            // The same call for both: from page-locked memory the copy is a true async DMA;
+            // from pageable memory the driver stages it through its own pinned buffer (the
+            // call returns once staged). On this stream it stays ordered before the kernel,
+            // which a legacy synchronous copy would not guarantee.
+            Strategy::Pinned | Strategy::Pageable => {
                 let input = driver::ensure_buffer(&mut self.dev_in, &self.stream, in_bytes)?;
                 let output = driver::ensure_buffer(&mut self.dev_out, &self.stream, out_bytes)?;
-                // SAFETY: slot.input holds in_bytes; the stream is synchronized before the
-                // slot leaves this worker.
-                unsafe {
-                    driver::copy_htod_async(input, slot.input.as_ptr(), in_bytes, &self.stream)?
-                };
-                Ok(Io { input, output })
-            }
-            Strategy::Pageable => {
-                let input = driver::ensure_buffer(&mut self.dev_in, &self.stream, in_bytes)?;
-                let output = driver::ensure_buffer(&mut self.dev_out, &self.stream, out_bytes)?;
-                // From pageable memory the driver stages the copy through its own pinned
-                // buffer; issuing it on this stream keeps it ordered before the kernel (a legacy
-                // synchronous copy may return before its DMA lands).
-                // SAFETY: slot.input holds in_bytes and is not touched until the stream syncs.
+                // SAFETY: slot.input holds in_bytes and is not touched until the stream is
+                // synchronized, before the slot leaves this worker.
                 unsafe {
                     driver::copy_htod_async(input, slot.input.as_ptr(), in_bytes, &self.stream)?
                 };
@@ -184,12 +176,8 @@ impl CudaWorker {
         let dst = slot.output.bytes_mut(out_bytes).as_mut_ptr();
         match strategy {
             Strategy::ZeroCopy => Ok(()),
-            // SAFETY: dst holds out_bytes and stays valid until the stream is synchronized.
-            Strategy::Pinned => unsafe {
-                driver::copy_dtoh_async(dst, io.output, out_bytes, &self.stream)
-            },
             // SAFETY: dst holds out_bytes; the stream is synchronized before the slot moves on.
-            Strategy::Pageable => unsafe {
+            Strategy::Pinned | Strategy::Pageable => unsafe {
                 driver::copy_dtoh_async(dst, io.output, out_bytes, &self.stream)
             },
         }
