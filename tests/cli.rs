@@ -1,0 +1,213 @@
+//! The command-line contract scripts rely on: output names (mirrored tree, extension replaced,
+//! direct files, multi-frame suffixes, naming patterns), configuration errors (exit code 2,
+//! naming the key, value and file), and `inspect`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_dicomflow")
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dicomflow-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn dicomflow(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).output().unwrap()
+}
+
+fn synth(dir: &Path, extra: &[&str]) {
+    let mut args = vec!["synth", dir.to_str().unwrap(), "--size", "32", "-q"];
+    args.extend_from_slice(extra);
+    let out = dicomflow(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                v.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+#[test]
+fn output_names_mirror_the_input_tree() {
+    let root = tempdir("mirror");
+    let input = root.join("in");
+    synth(&input.join("a/b"), &["--slices", "2"]);
+    synth(&input.join("mf"), &["--slices", "3", "--multiframe"]);
+    // No extension, and a UID-like name whose numeric suffix is not an extension.
+    std::fs::copy(input.join("a/b/IM00001.dcm"), input.join("a/plain")).unwrap();
+    std::fs::copy(input.join("a/b/IM00002.dcm"), input.join("a/1.2.840.99.7")).unwrap();
+    let out = root.join("out");
+    let o = dicomflow(&[
+        "run",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        files_under(&out),
+        [
+            "a/1.2.840.99.7.png",
+            "a/b/IM00001.png",
+            "a/b/IM00002.png",
+            "a/plain.png",
+            "mf/MF00001_f0001.png",
+            "mf/MF00001_f0002.png",
+            "mf/MF00001_f0003.png",
+        ]
+    );
+    // A file given directly lands at the top of the output directory.
+    let direct = root.join("direct");
+    let f = input.join("a/b/IM00002.dcm");
+    let o = dicomflow(&[
+        "run",
+        f.to_str().unwrap(),
+        "-o",
+        direct.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(files_under(&direct), ["IM00002.png"]);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn naming_patterns_use_sanitized_header_values() {
+    let root = tempdir("pattern");
+    let input = root.join("in");
+    synth(&input, &["--slices", "2"]);
+    let out = root.join("out");
+    let o = dicomflow(&[
+        "run",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+        "--naming",
+        "{PatientID}/{SeriesNumber}/{InstanceNumber:04}",
+        "--format",
+        "jpeg",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        files_under(&out),
+        ["PHANTOM1/1/0001.jpg", "PHANTOM1/1/0002.jpg"]
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn configuration_errors_exit_2_naming_key_value_and_file() {
+    let root = tempdir("config");
+    let cfg = root.join("bad.toml");
+    std::fs::write(&cfg, "[output]\nformat = \"gif\"\n").unwrap();
+    let o = dicomflow(&[
+        "run",
+        "assets/sample",
+        "-o",
+        root.join("out").to_str().unwrap(),
+        "-c",
+        cfg.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for needle in ["bad.toml", "output.format", "gif"] {
+        assert!(err.contains(needle), "{needle} not in: {err}");
+    }
+    std::fs::write(&cfg, "[render]\nwindw = \"file\"\n").unwrap();
+    let o = dicomflow(&[
+        "run",
+        "assets/sample",
+        "-o",
+        root.join("out").to_str().unwrap(),
+        "-c",
+        cfg.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("windw"));
+    // A bad flag value is a usage error too.
+    let o = dicomflow(&[
+        "run",
+        "assets/sample",
+        "-o",
+        root.join("out").to_str().unwrap(),
+        "--window",
+        "file:0",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    // The shipped default configuration is accepted as is.
+    let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
+    let one = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/IM00001.dcm");
+    let o = dicomflow(&[
+        "run",
+        one.to_str().unwrap(),
+        "-o",
+        root.join("ok").to_str().unwrap(),
+        "-c",
+        default.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn inspect_explains_windows_and_the_choice() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/IM00001.dcm");
+    let o = dicomflow(&["inspect", f.to_str().unwrap(), "--window", "file:2"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in [
+        "Explicit VR Little Endian",
+        "128 x 128",
+        "stored 12",
+        "MONOCHROME2",
+        "slope 1 intercept -1024",
+        "window file:1",
+        "window file:2",
+        "center -600 width 1500",
+    ] {
+        assert!(text.contains(needle), "{needle} not in:\n{text}");
+    }
+}
