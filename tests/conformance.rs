@@ -40,8 +40,12 @@ fn fixture_dir() -> PathBuf {
 
 fn load_manifest() -> Manifest {
     let path = fixture_dir().join("cases.toml");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run tests/fixtures/make_conformance.sh)", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run tests/fixtures/make_conformance.sh)",
+            path.display()
+        )
+    });
     toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -152,9 +156,16 @@ fn run_case(bin: &Path, case: &Case, scratch: &Path) -> Result<(), String> {
                     String::from_utf8_lossy(&again.stdout),
                     String::from_utf8_lossy(&again.stderr)
                 );
-                let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+                let lines: Vec<&str> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect();
                 let tail = lines.len().saturating_sub(2);
-                why = format!("(nothing on stderr with -q; without -q:) {}", lines[tail..].join(" | "));
+                why = format!(
+                    "(nothing on stderr with -q; without -q:) {}",
+                    lines[tail..].join(" | ")
+                );
             }
         }
         let _ = std::fs::remove_dir_all(&out_dir);
@@ -208,8 +219,16 @@ fn manifest_is_complete() {
     let mut missing = Vec::new();
     let mut names = std::collections::HashSet::new();
     for case in &manifest.cases {
-        assert!(names.insert(case.name.as_str()), "duplicate case name {}", case.name);
-        assert!(!case.golden.is_empty(), "case {} lists no golden", case.name);
+        assert!(
+            names.insert(case.name.as_str()),
+            "duplicate case name {}",
+            case.name
+        );
+        assert!(
+            !case.golden.is_empty(),
+            "case {} lists no golden",
+            case.name
+        );
         assert!(
             matches!(case.reference.as_str(), "dcmtk" | "dcmtk-decompressed"),
             "case {}: unknown reference {:?}",
@@ -222,7 +241,11 @@ fn manifest_is_complete() {
             }
         }
     }
-    assert!(missing.is_empty(), "missing fixture files:\n  {}", missing.join("\n  "));
+    assert!(
+        missing.is_empty(),
+        "missing fixture files:\n  {}",
+        missing.join("\n  ")
+    );
 }
 
 #[test]
@@ -231,7 +254,8 @@ fn dcmtk_conformance() {
     assert!(!manifest.cases.is_empty(), "cases.toml has no [[case]]");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_dicomflow"));
     let filter = std::env::var("CONFORMANCE_FILTER").unwrap_or_default();
-    let scratch = std::env::temp_dir().join(format!("dicomflow-conformance-{}", std::process::id()));
+    let scratch =
+        std::env::temp_dir().join(format!("dicomflow-conformance-{}", std::process::id()));
     let mut passed = Vec::new();
     let mut failed = Vec::new();
     for case in manifest.cases.iter().filter(|c| c.name.contains(&filter)) {

@@ -264,7 +264,11 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
         assert_eq!(n, 6, "spans for {stage}");
     }
     // The scan looks at every file, images or not.
-    assert_eq!(spans.iter().filter(|s| s["cat"] == "scan").count(), 8, "scan spans");
+    assert_eq!(
+        spans.iter().filter(|s| s["cat"] == "scan").count(),
+        8,
+        "scan spans"
+    );
     let threads: Vec<_> = events
         .iter()
         .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
