@@ -15,8 +15,11 @@
 //! and lets dicom-rs report the error in its own words.
 
 use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+
+use dicom_encoding::transfer_syntax::DataRWAdapter;
 
 use super::probe::Probe;
 
@@ -27,13 +30,40 @@ pub const MAX_SEQUENCE_DEPTH: usize = 64;
 const UNDEFINED: u32 = 0xffff_ffff;
 const IMPLICIT_VR_LE: &str = "1.2.840.10008.1.2";
 const EXPLICIT_VR_BE: &str = "1.2.840.10008.1.2.2";
-/// Data sets that are deflated as a whole: their bytes cannot be checked before inflating.
-const DEFLATED: [&str; 2] = ["1.2.840.10008.1.2.1.99", "1.2.840.10008.1.2.4.95"];
 
-/// Buffered positioned reads over a file: element headers come from one window, values are
-/// skipped without being read.
+/// Where the checked bytes come from.
+enum Bytes {
+    /// A file, read with positioned reads (values are skipped without reading them).
+    File(File),
+    /// A forward-only stream (an inflated data set), `at` bytes consumed.
+    Stream { reader: Box<dyn Read>, at: u64 },
+}
+
+impl Bytes {
+    /// Appends `n` bytes found at offset `at` (never behind a stream's position) to `out`.
+    fn read_at(&mut self, at: u64, n: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
+        let old = out.len();
+        out.resize(old + n, 0);
+        match self {
+            Bytes::File(f) => f.read_exact_at(&mut out[old..], at),
+            Bytes::Stream { reader, at: pos } => {
+                let skip = at.saturating_sub(*pos);
+                let skipped = std::io::copy(&mut reader.take(skip), &mut std::io::sink())?;
+                if skipped < skip {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                reader.read_exact(&mut out[old..])?;
+                *pos = at + n as u64;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Buffered reads over the bytes of a data set: element headers come from one window,
+/// values are skipped.
 struct Src {
-    file: File,
+    bytes: Bytes,
     size: u64,
     pos: u64,
     buf: Vec<u8>,
@@ -41,24 +71,39 @@ struct Src {
 }
 
 impl Src {
+    fn new(bytes: Bytes, size: u64) -> Src {
+        Src {
+            bytes,
+            size,
+            pos: 0,
+            buf: Vec::new(),
+            buf_at: 0,
+        }
+    }
+
     fn remaining(&self) -> u64 {
         self.size.saturating_sub(self.pos)
     }
 
-    /// The `n` bytes at the current position, or `None` past the end of the file.
+    /// The `n` bytes at the current position, or `None` past the end.
     fn peek(&mut self, n: usize) -> Result<Option<&[u8]>, String> {
         if self.remaining() < n as u64 {
             return Ok(None);
         }
-        let have =
-            self.pos >= self.buf_at && self.pos + n as u64 <= self.buf_at + self.buf.len() as u64;
-        if !have {
-            let len = (self.remaining().min(64 << 10) as usize).max(n);
-            self.buf.resize(len, 0);
-            self.file
-                .read_exact_at(&mut self.buf, self.pos)
-                .map_err(|e| format!("cannot read: {e}"))?;
+        let buf_end = self.buf_at + self.buf.len() as u64;
+        if self.pos < self.buf_at || self.pos + n as u64 > buf_end {
+            if self.pos >= self.buf_at && self.pos <= buf_end {
+                // Keep what is buffered from `pos` on and read what follows.
+                self.buf.drain(..(self.pos - self.buf_at) as usize);
+            } else {
+                self.buf.clear();
+            }
             self.buf_at = self.pos;
+            let want = (self.remaining().min(64 << 10) as usize).max(n) - self.buf.len();
+            let from = self.buf_at + self.buf.len() as u64;
+            self.bytes
+                .read_at(from, want, &mut self.buf)
+                .map_err(|e| format!("cannot read: {e}"))?;
         }
         let at = (self.pos - self.buf_at) as usize;
         Ok(Some(&self.buf[at..at + n]))
@@ -147,13 +192,7 @@ pub fn check_structure(path: &Path, kind: &Probe) -> Result<(), String> {
         .metadata()
         .map_err(|e| format!("cannot open: {e}"))?
         .len();
-    let mut src = Src {
-        file,
-        size,
-        pos: 0,
-        buf: Vec::new(),
-        buf_at: 0,
-    };
+    let mut src = Src::new(Bytes::File(file), size);
     let ts = match kind {
         Probe::NotDicom(_) => return Ok(()),
         Probe::BareDataset { transfer_syntax } => transfer_syntax.to_string(),
@@ -170,8 +209,8 @@ pub fn check_structure(path: &Path, kind: &Probe) -> Result<(), String> {
         }
     };
     let ts = ts.trim_end_matches(['\0', ' ']);
-    if DEFLATED.contains(&ts) {
-        return Ok(());
+    if let Some(adapter) = deflate_adapter(ts) {
+        return check_deflated(path, src.pos, adapter);
     }
     let (explicit, be) = match ts {
         IMPLICIT_VR_LE => (false, false),
@@ -179,6 +218,46 @@ pub fn check_structure(path: &Path, kind: &Probe) -> Result<(), String> {
         _ => (true, false),
     };
     check_dataset(&mut src, explicit, be)
+}
+
+/// The adapter dicom-rs inflates a deflated data set with (`None`: not deflated).
+fn deflate_adapter(ts: &str) -> Option<&'static dyn DataRWAdapter> {
+    use dicom_encoding::transfer_syntax::{Codec, TransferSyntaxIndex};
+    let entry = dicom_transfer_syntax_registry::TransferSyntaxRegistry.get(ts)?;
+    match entry.codec() {
+        Codec::Dataset(Some(adapter)) => Some(adapter.as_ref()),
+        _ => None,
+    }
+}
+
+/// Checks a deflated data set (explicit VR little endian once inflated, starting at byte
+/// `start` of the file): one pass counts the bytes that inflate (up to the end or the first
+/// corrupt byte), a second walks them. dicom-rs allocates lengths read from inflated bytes
+/// as it does from plain ones.
+fn check_deflated(path: &Path, start: u64, adapter: &dyn DataRWAdapter) -> Result<(), String> {
+    let open = || -> Result<Box<dyn Read>, String> {
+        let mut f = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+        f.seek(SeekFrom::Start(start))
+            .map_err(|e| format!("cannot read: {e}"))?;
+        Ok(adapter.adapt_reader(Box::new(BufReader::new(f))))
+    };
+    let mut inflate = open()?;
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut size = 0u64;
+    loop {
+        match inflate.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => size += n as u64,
+        }
+    }
+    let mut src = Src::new(
+        Bytes::Stream {
+            reader: open()?,
+            at: 0,
+        },
+        size,
+    );
+    check_dataset(&mut src, true, false)
 }
 
 /// Walks the meta group as dicom-rs reads it (explicit VR little endian, unknown VRs with the
@@ -263,144 +342,219 @@ fn fits(src: &Src, group: u16, element: u16, len: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// What the walk is inside of.
-#[derive(Clone, Copy, PartialEq)]
-enum Open {
-    /// A sequence (its end when its length is defined).
-    Sequence(Option<u64>),
-    /// An item of a sequence.
-    Item(Option<u64>),
-    /// Encapsulated pixel data (fragments up to a sequence delimiter).
-    Fragments,
+/// An open sequence or item, as dicom-rs's `DataSetReader` tracks it.
+#[derive(Clone, Copy)]
+struct Open {
+    sequence: bool,
+    pixel_data: bool,
+    /// The defined length (`UNDEFINED` when undefined).
+    len: u32,
+    /// Where a defined-length sequence or item ends, in dicom-rs's byte count.
+    end: Option<u64>,
 }
 
-impl Open {
-    fn end(self) -> Option<u64> {
-        match self {
-            Open::Sequence(e) | Open::Item(e) => e,
-            Open::Fragments => None,
-        }
+/// The VR the implicit VR reader of dicom-rs gives `(group,element)`: the standard
+/// dictionary's, OW for Pixel Data and overlays, UN when unknown.
+fn implicit_vr(group: u16, element: u16) -> dicom_core::VR {
+    use dicom_core::dictionary::{DataDictionary, DataDictionaryEntry};
+    if (group, element) == (0x7fe0, 0x0010) || (group >> 8 == 0x60 && element == 0x3000) {
+        return dicom_core::VR::OW;
+    }
+    dicom_dictionary_std::StandardDataDictionary
+        .by_tag(dicom_core::Tag(group, element))
+        .map_or(dicom_core::VR::UN, |e| e.vr().relaxed())
+}
+
+/// dicom-rs reads binary values in whole units: of a 3-byte US it reads 2 bytes, yet counts
+/// 3 as read. The stream and its byte count then disagree, and the walk must follow both.
+fn value_unit(vr: dicom_core::VR) -> u32 {
+    use dicom_core::VR::*;
+    match vr {
+        US | OW | SS => 2,
+        AT | UL | OL | SL | FL | OF => 4,
+        FD | OD | SV | OV | UV => 8,
+        _ => 1,
     }
 }
 
+/// Walks the data set with the state machine of dicom-rs's `DataSetReader` (which decides
+/// where every value lies and how much is allocated for it), without reading values. Stops
+/// with `Ok` where dicom-rs would stop with an error of its own.
 fn check_dataset(src: &mut Src, explicit: bool, be: bool) -> Result<(), String> {
     let mut stack: Vec<Open> = Vec::new();
-    let mut depth = 0usize;
+    let mut in_sequence = false;
+    let mut pending = false; // dicom-rs's `delimiter_check_pending`
+    let mut pixel_header = false; // an encapsulated Pixel Data header was just read
+    let mut offset_table_next = false;
+    // dicom-rs's byte count minus the bytes really consumed (see `value_unit`).
+    let mut skew = 0u64;
+    let tag_of = |t: [u8; 4]| (u16_of([t[0], t[1]], be), u16_of([t[2], t[3]], be));
+    let depth = |stack: &Vec<Open>| stack.iter().filter(|o| o.sequence).count();
     loop {
-        // Leave the defined-length containers that end here.
-        while let Some(end) = stack.last().and_then(|o| o.end()) {
-            if src.pos < end {
-                break;
-            }
-            if let Some(Open::Sequence(_)) = stack.pop() {
-                depth -= 1;
+        let counted = src.pos + skew;
+        if pending {
+            match stack.last() {
+                Some(top) if top.end == Some(counted) => {
+                    in_sequence = !top.sequence;
+                    stack.pop();
+                    continue;
+                }
+                Some(top) if top.end.is_some_and(|e| e < counted) => return Ok(()),
+                _ => pending = false,
             }
         }
-        let Some(t) = src.take::<4>()? else {
-            return Ok(()); // end of file (a truncated file is dicom-rs's to report)
-        };
-        let group = u16_of([t[0], t[1]], be);
-        let element = u16_of([t[2], t[3]], be);
-        if group == 0xfffe {
-            let Some(l) = src.take::<4>()? else {
+        if in_sequence || pixel_header {
+            // An item header is expected.
+            let first_fragment = pixel_header;
+            if pixel_header {
+                stack.push(Open {
+                    sequence: true,
+                    pixel_data: true,
+                    len: UNDEFINED,
+                    end: None,
+                });
+                pixel_header = false;
+            }
+            let (Some(t), Some(l)) = (src.take::<4>()?, src.take::<4>()?) else {
                 return Ok(());
             };
             let len = u32_of(l, be);
-            match (element, stack.last().copied()) {
-                (0xe000, Some(Open::Sequence(_))) => {
-                    if len == UNDEFINED {
-                        stack.push(Open::Item(None));
+            match tag_of(t) {
+                (0xfffe, 0xe000) => {
+                    let Some(parent) = stack.last().copied() else {
+                        return Ok(());
+                    };
+                    let end = if len == UNDEFINED {
+                        if parent.pixel_data {
+                            return Ok(()); // dicom-rs: undefined item length
+                        }
+                        None
                     } else {
-                        fits(src, group, element, len)?;
-                        stack.push(Open::Item(Some(src.pos + len as u64)));
+                        fits(src, 0xfffe, 0xe000, len)?;
+                        Some(src.pos + skew + len as u64)
+                    };
+                    in_sequence = false;
+                    stack.push(Open {
+                        sequence: false,
+                        pixel_data: parent.pixel_data,
+                        len,
+                        end,
+                    });
+                    pending = len == 0;
+                    if first_fragment && len != 0 {
+                        offset_table_next = true;
                     }
                 }
-                (0xe000, Some(Open::Fragments)) if len != UNDEFINED => {
-                    fits(src, group, element, len)?;
-                    src.pos += len as u64;
-                }
-                // dicom-rs closes the current item on any item delimiter, and ignores one
-                // outside of every sequence.
-                (0xe00d, Some(Open::Item(_))) => {
+                (0xfffe, 0xe00d) => {
                     stack.pop();
+                    in_sequence = true;
+                    pending = true;
                 }
-                (0xe00d, None) => {}
-                (0xe0dd, Some(Open::Sequence(None))) => {
+                (0xfffe, 0xe0dd) => {
                     stack.pop();
-                    depth -= 1;
+                    in_sequence = false;
+                    pending = true;
                 }
-                (0xe0dd, Some(Open::Fragments)) => {
-                    stack.pop();
-                }
-                _ => return Ok(()), // out of place: dicom-rs decides what it means
+                _ => return Ok(()),
             }
             continue;
         }
-        if matches!(
-            stack.last(),
-            Some(Open::Sequence(_)) | Some(Open::Fragments)
-        ) {
-            return Ok(());
-        }
-        let (vr, len) = if explicit {
-            let Some(vr) = src.take::<2>()? else {
-                return Ok(());
-            };
-            if short_vr(&vr) {
-                let Some(l) = src.take::<2>()? else {
-                    return Ok(());
-                };
-                (Some(vr), u16_of(l, be) as u32)
+        if let Some(Open {
+            sequence: false,
+            pixel_data: true,
+            len,
+            ..
+        }) = stack.last().copied()
+        {
+            // The offset table (read as whole 32-bit words) or a fragment (read whole).
+            if offset_table_next {
+                offset_table_next = false;
+                src.pos += (len & !3) as u64;
             } else {
-                // Long form; an unknown VR is read as UN (as dicom-rs does).
-                let Some(l) = src.take::<6>()? else {
-                    return Ok(());
-                };
-                (Some(vr), u32_of([l[2], l[3], l[4], l[5]], be))
+                src.pos += len as u64;
             }
-        } else {
+            pending = true;
+            continue;
+        }
+        // A data element header.
+        let Some(t) = src.take::<4>()? else {
+            return Ok(()); // end of the data set
+        };
+        let (group, element) = tag_of(t);
+        let (vr, len) = if group == 0xfffe || !explicit {
             let Some(l) = src.take::<4>()? else {
                 return Ok(());
             };
-            (None, u32_of(l, be))
-        };
-        let is_sequence = match vr {
-            _ if len == UNDEFINED => true,
-            Some(vr) => &vr == b"SQ",
-            // Implicit VR: a defined-length value that starts with an item is a sequence.
-            None => {
-                let item = if be {
-                    [0xff, 0xfe, 0xe0, 0x00]
-                } else {
-                    [0xfe, 0xff, 0x00, 0xe0]
-                };
-                len >= 8 && src.peek(4)? == Some(&item[..])
-            }
-        };
-        let pixel_data = (group, element) == (0x7fe0, 0x0010);
-        if len == UNDEFINED {
-            // dicom-rs reads undefined-length Pixel Data as fragments and every other
-            // undefined-length element as a sequence, whatever its VR.
-            if pixel_data {
-                stack.push(Open::Fragments);
-                continue;
-            }
+            let vr = if group == 0xfffe {
+                dicom_core::VR::UN
+            } else {
+                implicit_vr(group, element)
+            };
+            (vr, u32_of(l, be))
         } else {
-            fits(src, group, element, len)?;
+            let Some(vr) = src.take::<2>()? else {
+                return Ok(());
+            };
+            let len = if short_vr(&vr) {
+                let Some(l) = src.take::<2>()? else {
+                    return Ok(());
+                };
+                u16_of(l, be) as u32
+            } else {
+                // Long form; an unknown VR is read as UN.
+                let Some(l) = src.take::<6>()? else {
+                    return Ok(());
+                };
+                u32_of([l[2], l[3], l[4], l[5]], be)
+            };
+            (
+                dicom_core::VR::from_binary(vr).unwrap_or(dicom_core::VR::UN),
+                len,
+            )
+        };
+        let sq = vr == dicom_core::VR::SQ;
+        if (group, element) == (0xfffe, 0xe00d) && !sq {
+            // An item delimiter outside of a sequence is ignored; inside, it closes the
+            // innermost open sequence or item.
+            if stack.pop().is_some() {
+                in_sequence = true;
+                pending = true;
+            }
+            continue;
         }
-        if is_sequence {
-            depth += 1;
-            if depth > MAX_SEQUENCE_DEPTH {
+        if !sq && (group, element) == (0x7fe0, 0x0010) && len == UNDEFINED {
+            pixel_header = true;
+            continue;
+        }
+        if sq || len == UNDEFINED {
+            // Every undefined-length element is read as a sequence, whatever its VR.
+            let end = if len == UNDEFINED {
+                None
+            } else {
+                fits(src, group, element, len)?;
+                Some(src.pos + skew + len as u64)
+            };
+            stack.push(Open {
+                sequence: true,
+                pixel_data: false,
+                len,
+                end,
+            });
+            if depth(&stack) > MAX_SEQUENCE_DEPTH {
                 return Err(format!(
                     "sequences nested more than {MAX_SEQUENCE_DEPTH} deep (at byte {})",
                     src.pos
                 ));
             }
-            let end = (len != UNDEFINED).then(|| src.pos + len as u64);
-            stack.push(Open::Sequence(end));
-        } else {
-            src.pos += len as u64;
+            in_sequence = true;
+            pending = len == 0;
+            continue;
         }
+        fits(src, group, element, len)?;
+        let short = len % value_unit(vr);
+        src.pos += (len - short) as u64;
+        skew += short as u64;
+        pending = true;
     }
 }
 
@@ -853,6 +1007,16 @@ mod tests {
         seq.extend(elem(0x0008, 0x1150, b"UI", 4, b"1.2\0"));
         v.extend(elem(0x0008, 0x1115, b"SQ", seq.len() as u32, &seq));
         assert!(check_bytes(&v).unwrap_err().contains("(FFFE,E000)"));
+    }
+
+    #[test]
+    fn follows_dicom_rs_through_binary_values_of_odd_length() {
+        // dicom-rs reads 2 of the 3 bytes of this US value: the next header starts one byte
+        // earlier than the length says, and that header claims 2 GB.
+        let mut v = elem(0x0008, 0x0005, b"CS", 10, b"ISO_IR 100");
+        v.extend(elem(0x0028, 0x0010, b"US", 3, &[8, 0]));
+        v.extend(elem(0x0028, 0x0011, b"UT", 0x7fff_fff0, b"abc "));
+        assert!(check_bytes(&v).unwrap_err().contains("(0028,0011)"));
     }
 
     #[test]

@@ -1,0 +1,79 @@
+//! The loader end to end on arbitrary bytes: probe, open (header, limits, structural and
+//! codestream checks), read up to 4 frames, plan and render them on the CPU, exactly as a
+//! loader thread and a render worker would. Every error is fine; a panic, an abort, a hang
+//! or an out-of-memory is a finding.
+//!
+//! Panics: the library itself catches panics of dicom-rs codecs in `ImageFile::read_frame`
+//! (and the pipeline catches any panic per file), but libFuzzer's panic hook aborts on every
+//! panic, caught or not, so those are still reported here. Nothing is wrapped in
+//! `catch_unwind` in this target.
+
+#![no_main]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+
+use dicomflow::backend::cpu::CpuRenderer;
+use dicomflow::decode::{probe, DecodeLimits, ImageFile, Probe};
+use dicomflow::render::spec::WindowSpec;
+use dicomflow::render::{plan_frame, RenderOptions};
+
+/// Where the bytes are written: the loader works on files (positioned reads).
+fn scratch_path() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let shm = PathBuf::from("/dev/shm");
+        let dir = if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        };
+        dir.join(format!("dicomflow-fuzz-{}.dcm", std::process::id()))
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let path = scratch_path();
+    if std::fs::write(path, data).is_err() {
+        return;
+    }
+    let Ok(kind) = probe(path) else {
+        return;
+    };
+    if matches!(kind, Probe::NotDicom(_)) {
+        return;
+    }
+    let limits = DecodeLimits {
+        max_frame_bytes: 64 << 20,
+    };
+    let Ok(mut file) = ImageFile::open(path, kind, limits) else {
+        return;
+    };
+    let info = file.info.clone();
+    // Vary the window by input so that every chain (file window, statistics, none) runs.
+    let window = match data.len() % 4 {
+        0 => WindowSpec::Default,
+        1 => WindowSpec::MinMax,
+        2 => WindowSpec::Histogram { percent: 5.0 },
+        _ => WindowSpec::None,
+    };
+    let opts = RenderOptions {
+        window,
+        voi_function: None,
+    };
+    let mut input = vec![0u8; info.frame_bytes() as usize];
+    let mut scratch = Vec::new();
+    let mut renderer = CpuRenderer::default();
+    for frame in 0..info.frames.min(4) {
+        if file.read_frame(frame, &mut input, &mut scratch).is_err() {
+            continue;
+        }
+        let Ok(plan) = plan_frame(&info, frame, &opts) else {
+            continue;
+        };
+        let mut out = vec![0u8; plan.output_bytes()];
+        let _ = renderer.render_bytes(&plan, &input, &mut out);
+    }
+});
