@@ -392,6 +392,18 @@ fn fail_fast_stops_at_the_first_failure() {
     assert_eq!(report["result"]["cancelled"], true);
     let rec = record_for(&report, &input.join("a_bad/bits12.dcm")).expect("bad file in report");
     assert_eq!(rec["status"], "failed");
+    // Files found but not started are listed as cancelled, not silently dropped.
+    let files = report["result"]["files"].as_array().unwrap();
+    let cancelled = files.iter().filter(|f| f["status"] == "cancelled").count();
+    let done = files.iter().filter(|f| f["status"] == "ok").count();
+    assert!(cancelled > 0, "no cancelled files listed");
+    assert_eq!(
+        report["result"]["totals"]["files_cancelled"]
+            .as_u64()
+            .unwrap() as usize,
+        cancelled
+    );
+    assert!(done + cancelled <= SLICES);
     let written = walk(&out)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "png"))

@@ -57,6 +57,8 @@ pub enum Event {
     },
     /// A frame was not attempted because the run was cancelled.
     FrameCancelled { id: usize, frame: u32 },
+    /// A file found by the scan was not opened because the run was cancelled.
+    FileNotStarted { path: PathBuf },
 }
 
 /// Header facts kept for the report.
@@ -126,6 +128,8 @@ pub struct FileRecord {
     pub failures: Vec<FailureRecord>,
     #[serde(skip)]
     cancelled_frames: u32,
+    #[serde(skip)]
+    not_started: bool,
 }
 
 impl FileRecord {
@@ -138,12 +142,17 @@ impl FileRecord {
             outputs: Vec::new(),
             failures: Vec::new(),
             cancelled_frames: 0,
+            not_started: false,
         }
     }
 
     fn settle(&mut self) {
         if self.skip_reason.is_some() {
             self.status = FileStatus::Skipped;
+            return;
+        }
+        if self.not_started {
+            self.status = FileStatus::Cancelled;
             return;
         }
         let frames = self.meta.as_ref().map(|m| m.frames).unwrap_or(0) as usize;
@@ -341,6 +350,11 @@ impl Collector {
             }
             Event::FrameCancelled { id, .. } => {
                 self.record(id, None).cancelled_frames += 1;
+            }
+            Event::FileNotStarted { path } => {
+                let mut r = FileRecord::new(path);
+                r.not_started = true;
+                self.others.push(r);
             }
         }
     }

@@ -91,7 +91,11 @@ pub(crate) fn load_stage(
     let mut scratch = Vec::new();
     for item in rx {
         if ctx.cancel.load(Ordering::Relaxed) {
-            continue; // drain: files not started are simply not processed
+            // Drain: files found but not started are listed as cancelled.
+            if let ScanItem::Dicom(c) = item {
+                let _ = events.send(Event::FileNotStarted { path: c.path });
+            }
+            continue;
         }
         while ctx.stats.is_paused() && !ctx.cancel.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(50));
