@@ -8,37 +8,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dicomflow::backend::cpu::{CpuBackend, CpuRenderer};
+use dicomflow::bench::{phantom_plan, phantom_stored};
 use dicomflow::config::{OutputFormat, Settings};
 use dicomflow::output::encode::{EncodeOptions, ImageEncoder};
-use dicomflow::render::plan::{Chain, FramePlan, GrayPlan, Modality, StoredFormat, Voi, Window};
-use dicomflow::render::spec::VoiFunction;
-use dicomflow::synth::{slice_pixels, write_series, SynthOptions};
-
-fn plan(size: u32) -> FramePlan {
-    FramePlan {
-        rows: size,
-        cols: size,
-        chain: Chain::Gray(GrayPlan {
-            stored: StoredFormat {
-                bits_allocated: 16,
-                bits_stored: 12,
-                high_bit: 11,
-                signed: false,
-            },
-            modality: Modality::Rescale {
-                slope: 1.0,
-                intercept: -1024.0,
-            },
-            voi: Voi::Window(Window {
-                center: 40.0,
-                width: 400.0,
-                function: VoiFunction::Linear,
-            }),
-            invert: false,
-            pixels: size as u64 * size as u64,
-        }),
-    }
-}
+use dicomflow::synth::{write_series, SynthOptions};
 
 /// Best of `iters` runs of `f`, in milliseconds.
 fn best_ms(iters: usize, mut f: impl FnMut()) -> f64 {
@@ -54,15 +27,8 @@ fn best_ms(iters: usize, mut f: impl FnMut()) -> f64 {
 fn main() {
     println!("{:<34} {:>10} {:>12}", "what", "size", "ms/slice");
     for size in [512u32, 2000] {
-        let p = plan(size);
-        let stored = slice_pixels(
-            &SynthOptions {
-                size,
-                slices: 3,
-                ..Default::default()
-            },
-            1,
-        );
+        let p = phantom_plan(size);
+        let stored = phantom_stored(size);
         let mut out = vec![0u8; p.output_bytes()];
         let mut cpu = CpuRenderer::default();
         let ms = best_ms(20, || {

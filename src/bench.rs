@@ -12,15 +12,10 @@ use crate::render::plan::{Chain, FramePlan, GrayPlan, Modality, StoredFormat, Vo
 use crate::render::spec::VoiFunction;
 use crate::synth::{slice_pixels, SynthOptions};
 
-/// Renders one phantom slice of `size`² with the soft-tissue window (what `run` would write).
-pub fn phantom_slice(size: u32) -> Result<Vec<u8>, String> {
-    let opts = SynthOptions {
-        size,
-        slices: 3,
-        ..Default::default()
-    };
-    let stored = slice_pixels(&opts, 1);
-    let plan = FramePlan {
+/// The plan `run` uses for a `synth` CT slice of `size`²: 12 bits stored, rescale -1024, the
+/// soft-tissue window.
+pub fn phantom_plan(size: u32) -> FramePlan {
+    FramePlan {
         rows: size,
         cols: size,
         chain: Chain::Gray(GrayPlan {
@@ -42,9 +37,26 @@ pub fn phantom_slice(size: u32) -> Result<Vec<u8>, String> {
             invert: false,
             pixels: size as u64 * size as u64,
         }),
-    };
+    }
+}
+
+/// Stored values of one phantom slice of `size`².
+pub fn phantom_stored(size: u32) -> Vec<u8> {
+    slice_pixels(
+        &SynthOptions {
+            size,
+            slices: 3,
+            ..Default::default()
+        },
+        1,
+    )
+}
+
+/// Renders one phantom slice of `size`² (what `run` would write).
+pub fn phantom_slice(size: u32) -> Result<Vec<u8>, String> {
+    let plan = phantom_plan(size);
     let mut out = vec![0u8; plan.output_bytes()];
-    CpuRenderer::default().render_bytes(&plan, &stored, &mut out)?;
+    CpuRenderer::default().render_bytes(&plan, &phantom_stored(size), &mut out)?;
     Ok(out)
 }
 

@@ -2,19 +2,11 @@
 //! direct files, multi-frame suffixes, naming patterns), configuration errors (exit code 2,
 //! naming the key, value and file), and `inspect`.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{bin, tempdir};
+
+use std::path::Path;
 use std::process::{Command, Output};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_dicomflow")
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dicomflow-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn dicomflow(args: &[&str]) -> Output {
     Command::new(bin()).args(args).output().unwrap()
@@ -50,7 +42,7 @@ fn files_under(dir: &Path) -> Vec<String> {
 
 #[test]
 fn output_names_mirror_the_input_tree() {
-    let root = tempdir("mirror");
+    let root = tempdir("cli-mirror");
     let input = root.join("in");
     synth(&input.join("a/b"), &["--slices", "2"]);
     synth(&input.join("mf"), &["--slices", "3", "--multiframe"]);
@@ -102,7 +94,7 @@ fn output_names_mirror_the_input_tree() {
 
 #[test]
 fn naming_patterns_use_sanitized_header_values() {
-    let root = tempdir("pattern");
+    let root = tempdir("cli-pattern");
     let input = root.join("in");
     synth(&input, &["--slices", "2"]);
     let out = root.join("out");
@@ -133,7 +125,7 @@ fn naming_patterns_use_sanitized_header_values() {
 
 #[test]
 fn configuration_errors_exit_2_naming_key_value_and_file() {
-    let root = tempdir("config");
+    let root = tempdir("cli-config");
     let cfg = root.join("bad.toml");
     std::fs::write(&cfg, "[output]\nformat = \"gif\"\n").unwrap();
     let o = dicomflow(&[

@@ -3,6 +3,9 @@
 //! reference's bytes, that the kernel cache serves a second process, and that several GPUs
 //! share the work with identical output.
 
+mod common;
+use common::{bin, tempdir};
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,17 +36,6 @@ fn gpu_or_skip(test: &str) -> Option<usize> {
             None
         }
     }
-}
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_dicomflow")
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dicomflow-gpu-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// Deterministic pseudo-random bytes (garbage in unused high bits included).
@@ -292,7 +284,7 @@ fn gpu_conformance_fixtures_match_the_cpu_for_every_strategy() {
         return;
     }
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
-    let root = tempdir("conformance");
+    let root = tempdir("gpu-conformance");
     let cpu_out = root.join("cpu");
     let f = fixtures.to_str().unwrap();
     run(&[
@@ -343,7 +335,7 @@ fn gpu_second_process_start_uses_the_kernel_cache() {
     if gpu_or_skip("gpu_second_process_start_uses_the_kernel_cache").is_none() {
         return;
     }
-    let root = tempdir("cache");
+    let root = tempdir("gpu-cache");
     let input = root.join("in");
     run(&[
         "synth",
@@ -412,7 +404,7 @@ fn gpu_all_devices_share_the_work_with_identical_output() {
         );
         return;
     }
-    let root = tempdir("multi");
+    let root = tempdir("gpu-multi");
     let input = root.join("in");
     run(&[
         "synth",

@@ -1,20 +1,12 @@
 //! A run killed with SIGKILL leaves no partial output file, and `--skip-existing` then
 //! completes exactly the missing outputs (issue: foundation, acceptance 4).
 
+mod common;
+use common::{bin, tempdir};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_dicomflow")
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn pngs(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)

@@ -3,6 +3,9 @@
 //! report as failed (or skipped when it is not an image) with a reason, and in the summary;
 //! nothing may panic, hang, or leave temporary files behind; `--fail-fast` stops early.
 
+mod common;
+use common::{bin, tempdir};
+
 mod hostile;
 
 use std::io::Read;
@@ -14,17 +17,6 @@ use hostile::{Case, Expect};
 
 /// The longest a run over the corpus may take (a hang or a bomb shows up here).
 const RUN_LIMIT: Duration = Duration::from_secs(30);
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_dicomflow")
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 struct Outcome {
     code: Option<i32>,
