@@ -223,41 +223,17 @@ impl CudaWorker {
             .u32(map.shift)
             .u32(map.mask)
             .u64(counts);
-        let grid = grid_for(pixels).min(1024);
-        match g.stored.bytes() {
-            1 => driver::launch(
-                self.k.hist_shared_u8,
-                grid,
-                BLOCK,
-                (bins * 4) as u32,
-                &self.stream,
-                args,
-            )?,
-            2 if bins <= SHARED_HIST_BINS => driver::launch(
-                self.k.hist_shared_u16,
-                grid,
-                BLOCK,
-                (bins * 4) as u32,
-                &self.stream,
-                args,
-            )?,
-            2 => driver::launch(
-                self.k.hist_global_u16,
-                grid_for(pixels),
-                BLOCK,
-                0,
-                &self.stream,
-                args,
-            )?,
-            _ => driver::launch(
-                self.k.hist_global_u32,
-                grid_for(pixels),
-                BLOCK,
-                0,
-                &self.stream,
-                args,
-            )?,
-        }
+        // Shared-memory sub-histograms where the bins fit, global atomics otherwise.
+        let shared = (bins * 4) as u32;
+        let (f, grid, shmem) = match g.stored.bytes() {
+            1 => (self.k.hist_shared_u8, grid_for(pixels).min(1024), shared),
+            2 if bins <= SHARED_HIST_BINS => {
+                (self.k.hist_shared_u16, grid_for(pixels).min(1024), shared)
+            }
+            2 => (self.k.hist_global_u16, grid_for(pixels), 0),
+            _ => (self.k.hist_global_u32, grid_for(pixels), 0),
+        };
+        driver::launch(f, grid, BLOCK, shmem, &self.stream, args)?;
         self.host_counts.clear();
         self.host_counts.resize(bins, 0);
         // SAFETY: host_counts holds `bins` u32 and is read only after the stream sync below.
