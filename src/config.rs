@@ -77,6 +77,7 @@ pub struct RawGpu {
     pub gpus: Option<RawGpus>,
     pub streams: Option<i64>,
     pub pinned_budget_mib: Option<i64>,
+    pub page_locking: Option<String>,
     pub release_threshold_mib: Option<i64>,
     pub kernel_cache: Option<PathBuf>,
 }
@@ -195,6 +196,17 @@ pub enum Transfer {
     Pageable,
 }
 
+/// How slot memory is page-locked for the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PageLocking {
+    /// Ordinary memory on transparent huge pages, faulted in by the thread that needs it, then
+    /// `cuMemHostRegister`ed: the driver's lock is held only for the short registration.
+    Register,
+    /// `cuMemHostAlloc`: the driver zeroes and pins every 4 KiB page under its lock.
+    HostAlloc,
+}
+
 /// Which GPUs to use.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -243,6 +255,7 @@ pub struct Settings {
     pub streams: usize,
     /// 0 = a quarter of physical memory.
     pub pinned_budget_bytes: u64,
+    pub page_locking: PageLocking,
     pub release_threshold_bytes: u64,
     pub kernel_cache: Option<PathBuf>,
     pub tui: TuiMode,
@@ -275,6 +288,7 @@ impl Default for Settings {
             gpus: GpuSelection::All,
             streams: 4,
             pinned_budget_bytes: 0,
+            page_locking: PageLocking::Register,
             release_threshold_bytes: 256 << 20,
             kernel_cache: None,
             tui: TuiMode::Auto,
@@ -505,6 +519,20 @@ impl Settings {
         if let Some(v) = g.pinned_budget_mib {
             self.pinned_budget_bytes =
                 count(origin, "gpu.pinned_budget_mib", v, 0, 1 << 24)? as u64 * (1 << 20);
+        }
+        if let Some(v) = &g.page_locking {
+            self.page_locking = match v.as_str() {
+                "register" => PageLocking::Register,
+                "host-alloc" => PageLocking::HostAlloc,
+                _ => {
+                    return Err(bad(
+                        origin,
+                        "gpu.page_locking",
+                        v,
+                        "use register or host-alloc",
+                    ))
+                }
+            };
         }
         if let Some(v) = g.release_threshold_mib {
             self.release_threshold_bytes =

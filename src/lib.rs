@@ -41,13 +41,24 @@ pub fn available_cores() -> usize {
 /// Chooses the backend the settings ask for. `auto` falls back to the CPU (saying why);
 /// `cuda` on a machine without a usable GPU is a fatal error.
 pub fn select_backend(settings: &Settings) -> Result<Arc<dyn Backend>, FatalError> {
+    select_backend_for(settings, &[])
+}
+
+/// [`select_backend`] for a run over `inputs`: an explicit CUDA backend prepares slot memory
+/// for the first file's frames while the driver starts.
+pub fn select_backend_for(
+    settings: &Settings,
+    inputs: &[std::path::PathBuf],
+) -> Result<Arc<dyn Backend>, FatalError> {
     match settings.backend {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
-        BackendChoice::Cuda => CudaBackend::new(settings, "requested (backend = cuda)")
-            .map(|b| Arc::new(b) as Arc<dyn Backend>)
-            .map_err(|why| {
-                FatalError::Backend(format!("backend = \"cuda\" is not usable here: {why}"))
-            }),
+        BackendChoice::Cuda => {
+            CudaBackend::new_prepared(settings, "requested (backend = cuda)", inputs)
+                .map(|b| Arc::new(b) as Arc<dyn Backend>)
+                .map_err(|why| {
+                    FatalError::Backend(format!("backend = \"cuda\" is not usable here: {why}"))
+                })
+        }
         BackendChoice::Auto => match backend::cuda::driver::libraries() {
             // The driver is there: initialize it in the background while the CPU starts.
             Ok(()) => Ok(Arc::new(backend::warm::WarmStart::start(settings))),

@@ -63,7 +63,7 @@ fn run(cli: Cli) -> Result<i32, FatalError> {
     match cli.command {
         Command::Run(args) => {
             let settings = Settings::resolve(args.config.as_deref(), &args.to_raw())?;
-            let backend = dicomflow::select_backend(&settings)?;
+            let backend = dicomflow::select_backend_for(&settings, &args.inputs)?;
             // Kept alive to the end: the process exits without tearing the driver down.
             std::mem::forget(backend.clone());
             let stats = dicomflow::stats::Stats::new();

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use dicomflow::backend::cpu::CpuRenderer;
 use dicomflow::backend::cuda::{driver, CudaBackend};
 use dicomflow::backend::Backend;
-use dicomflow::config::{Settings, Transfer};
+use dicomflow::config::{PageLocking, Settings, Transfer};
 use dicomflow::pipeline::slot::SlotPool;
 use dicomflow::render::lut::Lut;
 use dicomflow::render::plan::{
@@ -210,9 +210,16 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
     }
     let plans = plans();
     let mut cpu = CpuRenderer::default();
-    for transfer in [Transfer::ZeroCopy, Transfer::Pinned, Transfer::Pageable] {
+    for (transfer, page_locking) in [
+        (Transfer::ZeroCopy, PageLocking::Register),
+        (Transfer::ZeroCopy, PageLocking::HostAlloc),
+        (Transfer::Pinned, PageLocking::Register),
+        (Transfer::Pinned, PageLocking::HostAlloc),
+        (Transfer::Pageable, PageLocking::Register),
+    ] {
         let settings = Settings {
             transfer,
+            page_locking,
             gpus: dicomflow::config::GpuSelection::List(vec![0]),
             ..Settings::default()
         };
@@ -236,7 +243,7 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
             let diff = got.iter().zip(&expected).filter(|(a, b)| a != b).count();
             if diff > 0 {
                 mismatches.push(format!(
-                    "{transfer:?} plan {i} ({:?}): {diff} bytes differ",
+                    "{transfer:?}/{page_locking:?} plan {i} ({:?}): {diff} bytes differ",
                     plan.chain
                 ));
             }
@@ -244,7 +251,8 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
         }
         assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
         eprintln!(
-            "{transfer:?}: {} plans bit-exact with the CPU reference",
+            "{transfer:?} ({page_locking:?}, {}): {} plans bit-exact with the CPU reference",
+            backend.allocator().kind(),
             plans.len()
         );
     }

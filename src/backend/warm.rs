@@ -188,6 +188,13 @@ impl HostAllocator for SwitchAllocator {
         self.heap.bytes_in_use() + gpu
     }
 
+    fn allocation_time(&self) -> std::time::Duration {
+        match self.cuda.get() {
+            Some(Ok(b)) => b.allocator().allocation_time(),
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
     fn should_replace(&self, buf: &HostBuffer) -> bool {
         !self.pageable
             && buf.capacity() > 0

@@ -235,6 +235,7 @@ fn gpu_panel_shows_devices_strategy_pools_and_split() {
         strategy: "zero-copy".into(),
         pools: vec![[256 << 20, 64 << 20, 512 << 20, 128 << 20]],
         pinned_bytes: 32 << 20,
+        pinned_alloc_ms: 12.0,
         frames_per_device: vec![125],
     });
     let all = render(&app(s), 100, 30).join("\n");

@@ -35,6 +35,11 @@ pub struct Sizing {
 impl Sizing {
     /// Settings, with zeros replaced by defaults derived from the core count.
     pub fn from_settings(settings: &Settings, backend: &dyn Backend) -> Sizing {
+        Sizing::with_workers(settings, backend.default_workers())
+    }
+
+    /// Settings, with zeros replaced by defaults; `default_workers` when `workers` is 0.
+    fn with_workers(settings: &Settings, default_workers: usize) -> Sizing {
         let cores = crate::available_cores();
         let loaders = if settings.loaders > 0 {
             settings.loaders
@@ -44,7 +49,7 @@ impl Sizing {
         let workers = if settings.workers > 0 {
             settings.workers
         } else {
-            backend.default_workers().max(1)
+            default_workers.max(1)
         };
         let writers = if settings.writers > 0 {
             settings.writers
@@ -64,6 +69,56 @@ impl Sizing {
             writers,
             slots,
         }
+    }
+}
+
+/// Expected slot sizes, learned from the first DICOM file before the pipeline starts, so a
+/// backend can prepare slot memory while it initializes (see `CudaBackend::stock_slot_memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotHint {
+    /// Slots the ring will have (an estimate when the backend's worker count is not known yet).
+    pub count: usize,
+    /// Bytes of one slot's input and output buffers, rounded as [`slot::Slot::reserve`] does.
+    pub input: usize,
+    pub output: usize,
+}
+
+impl SlotHint {
+    /// Opens the first DICOM file found under `inputs` and sizes slots for its frames; `None`
+    /// when there is none or it cannot be read (the pipeline then reports it as usual).
+    /// `workers` is the render worker count expected.
+    pub fn from_first_file(
+        settings: &Settings,
+        inputs: &[PathBuf],
+        workers: usize,
+    ) -> Option<Self> {
+        let mut first = None;
+        let never = AtomicBool::new(false);
+        crate::source::scan(inputs, Some(&settings.output_dir), &never, |item| {
+            if let crate::source::ScanItem::Dicom(c) = item {
+                first = Some(c);
+                return false;
+            }
+            true
+        });
+        let c = first?;
+        let limits = crate::decode::DecodeLimits {
+            max_frame_bytes: settings.max_frame_bytes,
+        };
+        // A hostile first file must not take the run down before it starts: the loaders will
+        // open it again and report it.
+        let info = std::panic::catch_unwind(|| {
+            crate::decode::ImageFile::open(&c.path, c.kind.clone(), limits)
+                .ok()
+                .map(|f| f.info.clone())
+        })
+        .ok()??;
+        let count = Sizing::with_workers(settings, workers).slots;
+        Some(SlotHint {
+            count,
+            input: slot::round_up(info.frame_bytes() as usize),
+            output: slot::round_up(info.output_bytes() as usize),
+        })
     }
 }
 
@@ -226,4 +281,46 @@ pub fn run(
         pool.bytes_in_use(),
         pool.memory_kind(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn slot_hint_sizes_slots_for_the_first_dicom_file() {
+        let dir = scratch("slot-hint");
+        std::fs::write(dir.join("0-notes.txt"), b"not DICOM").unwrap();
+        let opts = crate::synth::SynthOptions {
+            size: 96,
+            slices: 2,
+            rgb: true,
+            ..Default::default()
+        };
+        crate::synth::write_series(&dir.join("series"), &opts).unwrap();
+        let settings = Settings {
+            loaders: 1,
+            writers: 2,
+            ..Settings::default()
+        };
+        let hint = SlotHint::from_first_file(&settings, std::slice::from_ref(&dir), 3).unwrap();
+        // RGB 8-bit: 3 bytes per pixel in, 3 out; one loader + 2 × 3 workers + 2 writers + 2.
+        assert_eq!(hint.input, slot::round_up(96 * 96 * 3));
+        assert_eq!(hint.output, slot::round_up(96 * 96 * 3));
+        assert_eq!(hint.count, 1 + 2 * 3 + 2 + 2);
+
+        std::fs::remove_dir_all(dir.join("series")).unwrap();
+        assert_eq!(
+            SlotHint::from_first_file(&settings, std::slice::from_ref(&dir), 3),
+            None
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

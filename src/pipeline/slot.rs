@@ -29,6 +29,10 @@ pub trait HostAllocator: Send + Sync {
     fn should_replace(&self, _buf: &HostBuffer) -> bool {
         false
     }
+    /// Total time spent in `allocate` so far (page-locking is not free; heap reports zero).
+    fn allocation_time(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// How a [`HostBuffer`] gives its memory back.
@@ -193,7 +197,8 @@ impl Slot {
     }
 }
 
-fn round_up(n: usize) -> usize {
+/// `n` rounded up to [`SLOT_ALIGN`]: the sizes slot buffers are allocated with.
+pub fn round_up(n: usize) -> usize {
     n.div_ceil(SLOT_ALIGN) * SLOT_ALIGN
 }
 

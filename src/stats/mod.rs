@@ -126,6 +126,8 @@ pub struct GpuFigures {
     pub pools: Vec<[u64; 4]>,
     /// Pinned host memory held by slots, bytes.
     pub pinned_bytes: u64,
+    /// Time spent page-locking slot memory so far (allocation happens as slots first fill).
+    pub pinned_alloc_ms: f64,
     /// Frames rendered per device.
     pub frames_per_device: Vec<u64>,
 }

@@ -30,6 +30,7 @@ struct HostMem {
     len: usize,
     pinned: bool,
     _heap: Vec<u8>,
+    _region: Option<driver::MappedRegion>,
 }
 
 impl HostMem {
@@ -55,6 +56,21 @@ impl HostMem {
             len,
             pinned: true,
             _heap: Vec::new(),
+            _region: None,
+        })
+    }
+
+    /// Huge-page memory registered with `cuMemHostRegister` (the `register` page-locking).
+    fn registered(len: usize) -> Result<HostMem, CudaError> {
+        let mut region = driver::MappedRegion::new(len)?;
+        let dptr = region.register()?;
+        Ok(HostMem {
+            ptr: region.as_ptr(),
+            dptr,
+            len,
+            pinned: false,
+            _heap: Vec::new(),
+            _region: Some(region),
         })
     }
 
@@ -66,6 +82,7 @@ impl HostMem {
             len,
             pinned: false,
             _heap: v,
+            _region: None,
         }
     }
 
@@ -254,11 +271,21 @@ fn sustained(
     let mut hout = Vec::new();
     let mut din = Vec::new();
     let mut dout = Vec::new();
+    // "... (registered)": the same with huge-page memory from cuMemHostRegister.
+    let registered = strategy.ends_with("(registered)");
+    let strategy = strategy.trim_end_matches(" (registered)");
+    let host = |len| {
+        if registered {
+            HostMem::registered(len)
+        } else {
+            HostMem::pinned(len, false)
+        }
+    };
     for i in 0..pairs {
-        let mut h = HostMem::pinned(in_len, false)?;
+        let mut h = host(in_len)?;
         h.fill(i as u16);
         hin.push(h);
-        hout.push(HostMem::pinned(out_len, false)?);
+        hout.push(host(out_len)?);
         if strategy == "pinned" {
             din.push(DeviceBuffer::alloc(&ss[i % streams], in_len)?);
             dout.push(DeviceBuffer::alloc(&ss[i % streams], out_len)?);
@@ -312,6 +339,99 @@ fn cpu_fill_speed(len: usize) -> Result<(f64, f64), CudaError> {
     Ok((out[0], out[1]))
 }
 
+/// What page-locking slot memory costs, per way of getting it: `cuMemHostAlloc` from one
+/// thread and from four at once, and ordinary memory (transparent huge pages asked for,
+/// pre-faulted) registered with `cuMemHostRegister`. Returns (label, ms for `count` buffers of
+/// `len` bytes); every buffer is freed before the next measurement.
+fn page_locking_costs(
+    device: &Device,
+    count: usize,
+    len: usize,
+) -> Result<Vec<(String, f64)>, CudaError> {
+    let mut rows = Vec::new();
+    let t = Instant::now();
+    let mut held = Vec::with_capacity(count);
+    for _ in 0..count {
+        held.push(HostMem::pinned(len, false)?);
+    }
+    rows.push(("cuMemHostAlloc, 1 thread".to_string(), ms_since(t)));
+    let t = Instant::now();
+    drop(held);
+    rows.push(("cuMemFreeHost, 1 thread".to_string(), ms_since(t)));
+
+    // Four threads at once (each binds the context): does the driver serialize page-locking?
+    let all_allocated = std::sync::Barrier::new(5);
+    let t = Instant::now();
+    let results: Vec<Result<(), CudaError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|k| {
+                let (device, all_allocated) = (device, &all_allocated);
+                s.spawn(move || {
+                    let held = device.bind().and_then(|_| {
+                        (k..count)
+                            .step_by(4)
+                            .map(|_| HostMem::pinned(len, false))
+                            .collect::<Result<Vec<_>, _>>()
+                    });
+                    all_allocated.wait();
+                    held.map(drop)
+                })
+            })
+            .collect();
+        all_allocated.wait();
+        rows.push(("cuMemHostAlloc, 4 threads".to_string(), ms_since(t)));
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or(Err(CudaError {
+                    call: "page-locking thread",
+                    code: cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN,
+                }))
+            })
+            .collect()
+    });
+    for r in results {
+        r?;
+    }
+
+    let t = Instant::now();
+    let mut mapped = Vec::with_capacity(count);
+    for _ in 0..count {
+        mapped.push(driver::MappedRegion::new(len)?);
+    }
+    let faulted = ms_since(t);
+    let thp = anon_huge_pages();
+    let t2 = Instant::now();
+    for m in &mut mapped {
+        m.register()?;
+    }
+    let registered = ms_since(t2);
+    rows.push((
+        format!(
+            "huge-page mmap + fault {faulted:.1} ms (AnonHugePages {thp}), \
+             cuMemHostRegister {registered:.1} ms"
+        ),
+        faulted + registered,
+    ));
+    Ok(rows)
+}
+
+/// The process's AnonHugePages line from /proc/self/smaps_rollup (did THP apply?).
+fn anon_huge_pages() -> String {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("AnonHugePages"))
+                .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
 /// Runs the benchmark and returns the table as text.
 pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
     driver::probe()?;
@@ -337,6 +457,8 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
     let h2d = ceiling(&ctx, &stream, opts.iters.min(10), true).map_err(e)?;
     let d2h = ceiling(&ctx, &stream, opts.iters.min(10), false).map_err(e)?;
     let (fill_plain, fill_wc) = cpu_fill_speed(64 << 20).map_err(e)?;
+    // A 2000x2000 ring as the pipeline sizes it on 16 cores: 30 slots of 8 MB in + 4 MB out.
+    let locking = page_locking_costs(&device, 30, 12_000_000).map_err(e)?;
 
     let mut rows = Vec::new();
     for &n in &opts.sizes {
@@ -352,7 +474,12 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
             });
         }
         for &s in &opts.streams {
-            for strategy in ["pinned", "zero-copy"] {
+            for strategy in [
+                "pinned",
+                "zero-copy",
+                "pinned (registered)",
+                "zero-copy (registered)",
+            ] {
                 let total = (opts.iters * 4).max(4 * s);
                 let ms = sustained(&ctx, n, total, s, strategy).map_err(e)?;
                 rows.push(Row {
@@ -391,8 +518,15 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         ctx.per_thread = per_thread;
         ctx.grid = grid;
         let total = (opts.iters * 4).max(4 * s);
-        let ms = sustained(&ctx, n, total, s, "zero-copy").map_err(e)?;
-        variants.push((name.to_string(), ms));
+        for memory in ["zero-copy", "zero-copy (registered)"] {
+            let ms = sustained(&ctx, n, total, s, memory).map_err(e)?;
+            let label = if memory == "zero-copy" {
+                name.to_string()
+            } else {
+                format!("{name} (registered)")
+            };
+            variants.push((label, ms));
+        }
     }
 
     let mut out = String::new();
@@ -412,7 +546,7 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
     );
     let _ = writeln!(
         out,
-        "{:<11} {:<16} {:<20} {:>10} {:>9} {:>12} {:>9}",
+        "{:<11} {:<24} {:<20} {:>10} {:>9} {:>12} {:>9}",
         "slice", "strategy", "mode", "ms/slice", "GB/s", "PCIe bound", "ratio"
     );
     for r in &rows {
@@ -420,7 +554,7 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         let bound_ms = (px * 2.0 / (h2d * 1e9)).max(px / (d2h * 1e9)) * 1e3;
         let _ = writeln!(
             out,
-            "{:<11} {:<16} {:<20} {:>10.3} {:>9.1} {:>9.3} ms {:>8.2}x",
+            "{:<11} {:<24} {:<20} {:>10.3} {:>9.1} {:>9.3} ms {:>8.2}x",
             format!("{0}x{0}", r.size),
             r.strategy,
             r.mode,
@@ -443,9 +577,13 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
     for (name, ms) in variants {
         let _ = writeln!(
             out,
-            "  {name:<20} {ms:>8.3} ms/slice  {:>5.2}x bound",
+            "  {name:<32} {ms:>8.3} ms/slice  {:>5.2}x bound",
             ms / bound_ms
         );
+    }
+    let _ = writeln!(out, "page-locking a 2000x2000 slot ring (30 x 12 MB):");
+    for (label, ms) in locking {
+        let _ = writeln!(out, "  {label:<90} {ms:>8.1} ms");
     }
     Ok(out)
 }

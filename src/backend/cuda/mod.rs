@@ -18,8 +18,9 @@ use std::sync::{Arc, Mutex};
 use crate::backend::{Backend, BackendInfo, RenderWorker};
 use crate::config::{GpuSelection, Settings, Transfer};
 use crate::pipeline::slot::{HeapAllocator, HostAllocator};
+use crate::pipeline::SlotHint;
 use crate::stats::{GpuFigures, Stats};
-use driver::{Device, Module};
+use driver::{Device, MappedRegion, Module};
 
 /// How slices reach the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +125,7 @@ impl Shared {
             strategy,
             pools,
             pinned_bytes: self.pinned.bytes_in_use(),
+            pinned_alloc_ms: self.pinned.allocation_time().as_secs_f64() * 1e3,
             frames_per_device: self
                 .frames
                 .iter()
@@ -133,9 +135,61 @@ impl Shared {
     }
 }
 
+/// Runs the apply kernel once on a scrap device buffer from the stream-ordered pool. The first
+/// launch in a context costs ~12 ms on the H200 (lazy driver set-up); paid here, during start-up,
+/// it no longer delays the pipeline's first frames on every stream at once.
+fn warm_up(device: &Arc<Device>, module: &Module) -> Result<(), driver::CudaError> {
+    device.bind()?;
+    let stream = driver::Stream::new(device)?;
+    let f = module.function(c"gray_apply_u16")?;
+    {
+        let scrap = driver::DeviceBuffer::alloc(&stream, 64 << 10)?;
+        let p = scrap.ptr();
+        let args = driver::Args::default()
+            .u64(p)
+            .u64(p + (16 << 10))
+            .u64(64)
+            .u32(0)
+            .u32(0xffff)
+            .u64(p + (32 << 10));
+        driver::launch(f, 1, 256, 0, &stream, args)?;
+    }
+    stream.synchronize()
+}
+
+/// Maps and faults in slot memory for `hint` (input and output buffer of every slot, within
+/// `budget` bytes). Needs no CUDA context; the regions are registered when slots take them.
+fn prefault_slots(hint: SlotHint, budget: u64) -> Vec<MappedRegion> {
+    let mut regions = Vec::with_capacity(2 * hint.count);
+    let mut total = 0u64;
+    for _ in 0..hint.count {
+        for len in [hint.input, hint.output] {
+            total += MappedRegion::mapped_size(len) as u64;
+            if total > budget {
+                return regions;
+            }
+            match MappedRegion::new(len) {
+                Ok(r) => regions.push(r),
+                Err(_) => return regions,
+            }
+        }
+    }
+    regions
+}
+
+/// The pinned-memory budget in bytes.
+fn pinned_budget(settings: &Settings) -> u64 {
+    if settings.pinned_budget_bytes > 0 {
+        settings.pinned_budget_bytes
+    } else {
+        pinned::default_budget()
+    }
+}
+
 /// The CUDA backend.
 pub struct CudaBackend {
     shared: Arc<Shared>,
+    pinned: Arc<pinned::PinnedAllocator>,
     modules: Vec<Arc<Module>>,
     allocator: Arc<dyn HostAllocator>,
     streams: usize,
@@ -187,25 +241,30 @@ impl CudaBackend {
             }
             modules.push(Module::load(d, &image).map_err(|e| format!("GPU {}: {e}", d.ordinal))?);
         }
+        let modules_loaded = started.elapsed();
+        for (d, m) in devices.iter().zip(&modules) {
+            warm_up(d, m).map_err(|e| format!("GPU {}: first launch: {e}", d.ordinal))?;
+        }
         let loaded = started.elapsed();
         tracing::info!(
-            "CUDA ready in {:.0} ms (driver {:.0} ms, devices {:.0} ms, kernels {:.0} ms)",
+            "CUDA ready in {:.0} ms (driver {:.0} ms, devices {:.0} ms, kernels {:.0} ms, \
+             first launch {:.0} ms)",
             loaded.as_secs_f64() * 1e3,
             probed.as_secs_f64() * 1e3,
             (opened - probed).as_secs_f64() * 1e3,
-            (loaded - opened).as_secs_f64() * 1e3
+            (modules_loaded - opened).as_secs_f64() * 1e3,
+            (loaded - modules_loaded).as_secs_f64() * 1e3
         );
         kernels.push_str(&format!(
             "; CUDA ready in {:.0} ms",
             loaded.as_secs_f64() * 1e3
         ));
-        let budget = if settings.pinned_budget_bytes > 0 {
-            settings.pinned_budget_bytes
-        } else {
-            pinned::default_budget()
-        };
-        let pinned: Arc<dyn HostAllocator> =
-            Arc::new(pinned::PinnedAllocator::new(devices[0].clone(), budget));
+        let budget = pinned_budget(settings);
+        let pinned = Arc::new(pinned::PinnedAllocator::new(
+            devices[0].clone(),
+            settings.page_locking,
+            budget,
+        ));
         let allocator: Arc<dyn HostAllocator> = if settings.transfer == Transfer::Pageable {
             Arc::new(HeapAllocator::default())
         } else {
@@ -228,12 +287,52 @@ impl CudaBackend {
         shared.publish();
         Ok(CudaBackend {
             shared,
+            pinned,
             modules,
             allocator,
             streams: settings.streams,
             transfer: settings.transfer,
             kernels,
             reason: reason.to_string(),
+        })
+    }
+
+    /// [`CudaBackend::new`], while another thread finds the first DICOM file under `inputs`
+    /// and faults in slot memory for its frame size, so that the first frames do not wait for
+    /// it (`register` page-locking, transfers that use pinned slots; the ring has `streams` ×
+    /// GPUs render workers, all GPUs counting as one until the driver says how many there are).
+    pub fn new_prepared(
+        settings: &Settings,
+        reason: &str,
+        inputs: &[std::path::PathBuf],
+    ) -> Result<CudaBackend, String> {
+        let prepare = settings.page_locking == crate::config::PageLocking::Register
+            && settings.transfer != Transfer::Pageable
+            && !inputs.is_empty()
+            && driver::libraries().is_ok();
+        let workers = settings.streams
+            * match &settings.gpus {
+                GpuSelection::All => 1,
+                GpuSelection::List(l) => l.len().max(1),
+            };
+        std::thread::scope(|s| {
+            let prefault = prepare.then(|| {
+                s.spawn(|| {
+                    SlotHint::from_first_file(settings, inputs, workers)
+                        .map(|h| prefault_slots(h, pinned_budget(settings)))
+                        .unwrap_or_default()
+                })
+            });
+            let backend = CudaBackend::new(settings, reason)?;
+            if let Some(handle) = prefault {
+                let regions = handle.join().unwrap_or_default();
+                tracing::info!(
+                    "slot memory faulted in during start-up: {} buffers",
+                    regions.len()
+                );
+                backend.pinned.stock(regions);
+            }
+            Ok(backend)
         })
     }
 
@@ -312,6 +411,13 @@ impl Backend for CudaBackend {
     }
 
     fn finish(&self) {
+        self.pinned.clear_stock();
         self.shared.publish();
+        tracing::info!(
+            "slot memory: {} MiB {} in {:.1} ms",
+            self.allocator.bytes_in_use() >> 20,
+            self.allocator.kind(),
+            self.allocator.allocation_time().as_secs_f64() * 1e3
+        );
     }
 }

@@ -1,7 +1,14 @@
-//! Slot memory for the GPU: page-locked host memory allocated with
-//! `cuMemHostAlloc(DEVICEMAP | PORTABLE)` — mapped, so kernels read and write it through its
-//! device pointer (zero-copy), and portable, so every device's context sees it. Never
-//! write-combined: the CPU reads the 8-bit outputs and writes stored values into it, and
+//! Slot memory for the GPU: page-locked host memory, mapped (DEVICEMAP), so kernels read and
+//! write it through its device pointer (zero-copy), and portable, so every device's context
+//! sees it. Two ways to get it (`gpu.page_locking`):
+//! - `register` (default): anonymous memory on transparent huge pages, faulted in by the
+//!   allocating thread, then `cuMemHostRegister(DEVICEMAP | PORTABLE)`. The expensive part
+//!   (zeroing 12 MB per 2000² slot) runs in parallel in the loaders, outside the driver's lock.
+//! - `host-alloc`: `cuMemHostAlloc(DEVICEMAP | PORTABLE)`. The driver zeroes and pins under a
+//!   lock that every other driver call (launches, syncs) also waits for: on the H200 host,
+//!   filling a 30-slot 2000² ring this way stalled the whole pipeline for ~0.25 s.
+//!
+//! Never write-combined: the CPU reads the 8-bit outputs and writes stored values into it, and
 //! write-combined memory showed no GPU-side gain here (../shared/GPU.md) while making CPU access
 //! slower. A budget caps the total so that a large ring fails with a clear message instead of
 //! pinning most of the machine's memory.
@@ -10,14 +17,20 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::driver::{alloc_host_mapped, free_host, Device};
+use super::driver::{alloc_host_mapped, free_host, Device, MappedRegion};
+use crate::config::PageLocking;
 use crate::pipeline::slot::{HostAllocator, HostBuffer, HostRelease, SLOT_ALIGN};
 
 /// Allocates mapped, portable, page-locked slots within a byte budget.
 pub struct PinnedAllocator {
     device: Arc<Device>,
+    how: PageLocking,
     budget: u64,
     in_use: Arc<AtomicU64>,
+    /// Nanoseconds spent page-locking.
+    locking_ns: AtomicU64,
+    /// Regions faulted in ahead of time (while CUDA initialized), registered when handed out.
+    stock: std::sync::Mutex<Vec<MappedRegion>>,
 }
 
 struct PinnedRelease {
@@ -37,20 +50,89 @@ impl HostRelease for PinnedRelease {
     }
 }
 
+/// Gives back a registered region: unregister (with a context current), then unmap.
+struct RegisteredRelease {
+    device: Arc<Device>,
+    in_use: Arc<AtomicU64>,
+    region: std::sync::Mutex<Option<MappedRegion>>,
+}
+
+impl HostRelease for RegisteredRelease {
+    unsafe fn release(&self, _ptr: NonNull<u8>, len: usize) {
+        let _ = self.device.bind();
+        let region = self.region.lock().ok().and_then(|mut r| r.take());
+        if region.is_some() {
+            self.in_use.fetch_sub(len as u64, Ordering::Relaxed);
+        }
+        drop(region);
+    }
+}
+
 impl PinnedAllocator {
     /// `budget` bytes at most; `device` provides the context used for allocation (memory is
     /// portable, so it is visible to all devices).
-    pub fn new(device: Arc<Device>, budget: u64) -> Self {
+    pub fn new(device: Arc<Device>, how: PageLocking, budget: u64) -> Self {
         PinnedAllocator {
             device,
+            how,
             budget,
             in_use: Arc::new(AtomicU64::new(0)),
+            locking_ns: AtomicU64::new(0),
+            stock: std::sync::Mutex::new(Vec::new()),
         }
     }
 
     /// The budget in bytes.
     pub fn budget(&self) -> u64 {
         self.budget
+    }
+
+    /// Keeps `regions` for later allocations of their size (`register` page-locking only).
+    pub fn stock(&self, regions: Vec<MappedRegion>) {
+        if self.how == PageLocking::Register {
+            if let Ok(mut s) = self.stock.lock() {
+                s.extend(regions);
+            }
+        }
+    }
+
+    /// Unmaps stocked regions no slot took (the frames turned out to have other sizes).
+    pub fn clear_stock(&self) {
+        if let Ok(mut s) = self.stock.lock() {
+            s.clear();
+        }
+    }
+
+    /// A stocked region of exactly the size `MappedRegion::new(len)` would map.
+    fn take_stocked(&self, len: usize) -> Option<MappedRegion> {
+        let want = MappedRegion::mapped_size(len);
+        let mut s = self.stock.lock().ok()?;
+        let i = s.iter().position(|r| r.len() == want)?;
+        Some(s.swap_remove(i))
+    }
+}
+
+impl PinnedAllocator {
+    /// The `register` way: fault in huge-page memory on this thread, then register it.
+    fn register(&self, len: usize) -> Result<HostBuffer, String> {
+        let mut region = match self.take_stocked(len) {
+            Some(r) => r,
+            None => MappedRegion::new(len).map_err(|e| e.to_string())?,
+        };
+        let device_ptr = self
+            .device
+            .bind()
+            .and_then(|_| region.register())
+            .map_err(|e| e.to_string())?;
+        let ptr = NonNull::new(region.as_ptr()).ok_or("mmap returned null")?;
+        let release: Arc<dyn HostRelease> = Arc::new(RegisteredRelease {
+            device: self.device.clone(),
+            in_use: self.in_use.clone(),
+            region: std::sync::Mutex::new(Some(region)),
+        });
+        // SAFETY: the region holds at least len bytes (rounded up to a page), 2 MiB-aligned,
+        // owned by the releaser until the buffer is released.
+        Ok(unsafe { HostBuffer::from_raw(ptr, len, device_ptr, release) })
     }
 }
 
@@ -75,10 +157,22 @@ impl HostAllocator for PinnedAllocator {
                 self.budget >> 20
             ));
         }
+        let started = std::time::Instant::now();
+        if self.how == PageLocking::Register {
+            let result = self.register(len);
+            self.locking_ns
+                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            if result.is_err() {
+                self.in_use.fetch_sub(len as u64, Ordering::Relaxed);
+            }
+            return result;
+        }
         let result = self.device.bind().and_then(|_| {
             // SAFETY: freed exactly once by PinnedRelease.
             unsafe { alloc_host_mapped(len) }
         });
+        self.locking_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         match result {
             Ok((ptr, dptr)) => {
                 let Some(ptr) = NonNull::new(ptr) else {
@@ -104,11 +198,18 @@ impl HostAllocator for PinnedAllocator {
     }
 
     fn kind(&self) -> &'static str {
-        "pinned mapped"
+        match self.how {
+            PageLocking::Register => "pinned mapped (registered huge pages)",
+            PageLocking::HostAlloc => "pinned mapped (cuMemHostAlloc)",
+        }
     }
 
     fn bytes_in_use(&self) -> u64 {
         self.in_use.load(Ordering::Relaxed)
+    }
+
+    fn allocation_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.locking_ns.load(Ordering::Relaxed))
     }
 }
 
