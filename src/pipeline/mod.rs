@@ -189,6 +189,11 @@ pub fn run(
         );
     }
 
+    tracing::info!(
+        "render workers ready {:.1} ms after the pipeline started",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+
     let (scan_tx, scan_rx) = crossbeam_channel::bounded(256);
     let (load_tx, load_rx) = crossbeam_channel::bounded(sizing.slots);
     let (done_tx, done_rx) = crossbeam_channel::bounded(sizing.slots);
