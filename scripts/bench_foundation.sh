@@ -17,4 +17,9 @@ hyperfine -N -w 2 -r 15 \
   "$B run $W/series -o $W/df -q --no-tui" \
   --export-markdown "$W/table.md"
 cat "$W/table.md"
+# hyperfine's prepare step empties both output folders before every run: render once more each.
+rm -rf "$W/ti" "$W/df" && mkdir -p "$W/ti"
+dicom-toimage --8bit -d "$W/ti" "$W/series"
+"$B" run "$W/series" -o "$W/df" -q --no-tui
+echo "outputs: dicom-toimage $(ls "$W/ti" | wc -l), dicomflow $(find "$W/df" -name '*.png' | wc -l)"
 echo "output bytes: dicom-toimage $(du -sb "$W/ti" | cut -f1), dicomflow $(du -sb "$W/df" | cut -f1)"
