@@ -78,8 +78,17 @@ pub struct RawGpu {
     pub streams: Option<i64>,
     pub pinned_budget_mib: Option<i64>,
     pub page_locking: Option<String>,
+    pub auto_min_input_mib: Option<RawAutoOrCount>,
     pub release_threshold_mib: Option<i64>,
     pub kernel_cache: Option<PathBuf>,
+}
+
+/// A number, or the word "auto".
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawAutoOrCount {
+    Word(String),
+    Count(i64),
 }
 
 /// `gpus = "all"` or `gpus = [0, 1]`.
@@ -256,6 +265,9 @@ pub struct Settings {
     /// 0 = a quarter of physical memory.
     pub pinned_budget_bytes: u64,
     pub page_locking: PageLocking,
+    /// `auto` uses the GPU only for jobs with at least this much input; `None` = 256 MiB per
+    /// core, 0 = always.
+    pub auto_min_input_bytes: Option<u64>,
     pub release_threshold_bytes: u64,
     pub kernel_cache: Option<PathBuf>,
     pub tui: TuiMode,
@@ -289,6 +301,7 @@ impl Default for Settings {
             streams: 4,
             pinned_budget_bytes: 0,
             page_locking: PageLocking::Register,
+            auto_min_input_bytes: None,
             release_threshold_bytes: 256 << 20,
             kernel_cache: None,
             tui: TuiMode::Auto,
@@ -534,6 +547,22 @@ impl Settings {
                 }
             };
         }
+        if let Some(v) = &g.auto_min_input_mib {
+            self.auto_min_input_bytes = match v {
+                RawAutoOrCount::Word(w) if w == "auto" => None,
+                RawAutoOrCount::Word(w) => {
+                    return Err(bad(
+                        origin,
+                        "gpu.auto_min_input_mib",
+                        w,
+                        "use \"auto\" or a number of MiB (0 = always use the GPU)",
+                    ))
+                }
+                RawAutoOrCount::Count(n) => Some(
+                    count(origin, "gpu.auto_min_input_mib", *n, 0, 1 << 30)? as u64 * (1 << 20),
+                ),
+            };
+        }
         if let Some(v) = g.release_threshold_mib {
             self.release_threshold_bytes =
                 count(origin, "gpu.release_threshold_mib", v, 0, 1 << 24)? as u64 * (1 << 20);
@@ -630,6 +659,21 @@ mod tests {
             ("[output]\njpeg_quality = 0", "output.jpeg_quality", "0"),
             ("[output]\nnaming = \"{../x}\"", "output.naming", "{../x}"),
             ("[dashboard]\ntick_ms = 1", "dashboard.tick_ms", "1"),
+            (
+                "[gpu]\nauto_min_input_mib = \"big\"",
+                "gpu.auto_min_input_mib",
+                "big",
+            ),
+            (
+                "[gpu]\nauto_min_input_mib = -1",
+                "gpu.auto_min_input_mib",
+                "-1",
+            ),
+            (
+                "[gpu]\npage_locking = \"mlock\"",
+                "gpu.page_locking",
+                "mlock",
+            ),
         ] {
             let raw = Settings::parse_toml(text, &origin).unwrap();
             let err = Settings::default()
@@ -685,5 +729,20 @@ mod tests {
         assert_eq!(s.gpus, GpuSelection::List(vec![0, 1]));
         assert_eq!(parse_gpu_list("all"), Ok(GpuSelection::All));
         assert!(parse_gpu_list("0,x").is_err());
+    }
+
+    #[test]
+    fn auto_min_input_accepts_auto_and_mib() {
+        let origin = Origin::File("g.toml".into());
+        for (text, want) in [
+            ("[gpu]\nauto_min_input_mib = \"auto\"", None),
+            ("[gpu]\nauto_min_input_mib = 0", Some(0)),
+            ("[gpu]\nauto_min_input_mib = 100", Some(100 << 20)),
+        ] {
+            let raw = Settings::parse_toml(text, &origin).unwrap();
+            let mut s = Settings::default();
+            s.apply(&raw, &origin).unwrap();
+            assert_eq!(s.auto_min_input_bytes, want, "{text}");
+        }
     }
 }

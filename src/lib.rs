@@ -38,6 +38,26 @@ pub fn available_cores() -> usize {
         .unwrap_or(1)
 }
 
+/// Why a job over `inputs` is too small for `auto` to open the GPU (`None`: it is not, or the
+/// inputs are not known).
+fn too_small_for_the_gpu(settings: &Settings, inputs: &[std::path::PathBuf]) -> Option<String> {
+    let threshold = settings
+        .auto_min_input_bytes
+        .unwrap_or(available_cores() as u64 * (256 << 20));
+    if inputs.is_empty() || threshold == 0 {
+        return None;
+    }
+    let total = source::input_bytes(inputs, Some(&settings.output_dir), threshold);
+    (total < threshold).then(|| {
+        format!(
+            "{} MiB of input is below gpu.auto_min_input_mib ({} MiB): opening the GPU would \
+             cost more than it saves",
+            total >> 20,
+            threshold >> 20
+        )
+    })
+}
+
 /// Chooses the backend the settings ask for. `auto` falls back to the CPU (saying why);
 /// `cuda` on a machine without a usable GPU is a fatal error.
 pub fn select_backend(settings: &Settings) -> Result<Arc<dyn Backend>, FatalError> {
@@ -60,12 +80,46 @@ pub fn select_backend_for(
                 })
         }
         BackendChoice::Auto => match backend::cuda::driver::libraries() {
-            // The driver is there: initialize it in the background while the CPU starts.
-            Ok(()) => Ok(Arc::new(backend::warm::WarmStart::start(settings))),
+            Ok(()) => match too_small_for_the_gpu(settings, inputs) {
+                Some(why) => {
+                    tracing::info!("{why}; using the CPU backend");
+                    Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
+                }
+                // The driver is there: initialize it in the background while the CPU starts.
+                None => Ok(Arc::new(backend::warm::WarmStart::start(settings))),
+            },
             Err(why) => {
                 tracing::info!("CUDA not usable ({why}); using the CPU backend");
                 Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_keeps_small_jobs_on_the_cpu() {
+        let dir = std::env::temp_dir().join(format!("dicomflow-auto-size-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("slice.dcm"), vec![0u8; 4096]).unwrap();
+        let inputs = [dir.clone()];
+        let with = |bytes: Option<u64>| Settings {
+            auto_min_input_bytes: bytes,
+            output_dir: dir.join("out"),
+            ..Settings::default()
+        };
+        // Default threshold (256 MiB per core): 4 KiB is small.
+        let why = too_small_for_the_gpu(&with(None), &inputs).unwrap();
+        assert!(why.contains("0 MiB of input"), "{why}");
+        assert!(too_small_for_the_gpu(&with(Some(4096)), &inputs).is_none());
+        assert!(too_small_for_the_gpu(&with(Some(4097)), &inputs).is_some());
+        // 0 = always the GPU; unknown inputs (library callers) = no opinion.
+        assert!(too_small_for_the_gpu(&with(Some(0)), &inputs).is_none());
+        assert!(too_small_for_the_gpu(&with(None), &[]).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -42,8 +42,43 @@ pub fn scan(
     cancel: &AtomicBool,
     mut emit: impl FnMut(ScanItem) -> bool,
 ) -> usize {
-    let exclude = exclude.and_then(|p| p.canonicalize().ok());
     let mut next_id = 0usize;
+    walk(inputs, exclude, cancel, |found| match found {
+        Found::File { path, rel } => emit(classify(&mut next_id, path, rel)),
+        Found::Error { path, reason } => emit(ScanItem::Error { path, reason }),
+    })
+}
+
+/// Total size in bytes of the files under `inputs` (outside `exclude`), counting stops as soon
+/// as it reaches `limit`: enough to tell a small job from a large one without reading a file.
+pub fn input_bytes(inputs: &[PathBuf], exclude: Option<&Path>, limit: u64) -> u64 {
+    let mut total = 0u64;
+    let never = AtomicBool::new(false);
+    walk(inputs, exclude, &never, |found| {
+        if let Found::File { path, .. } = found {
+            total += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        }
+        total < limit
+    });
+    total
+}
+
+/// What the walk finds: a file (with its path relative to the input it was found under), or a
+/// path that could not be read.
+enum Found {
+    File { path: PathBuf, rel: PathBuf },
+    Error { path: PathBuf, reason: String },
+}
+
+/// The walk behind [`scan`] and [`input_bytes`]: folders recursively in name order, real
+/// directories only (no symlink loops), `visit` returning false to stop.
+fn walk(
+    inputs: &[PathBuf],
+    exclude: Option<&Path>,
+    cancel: &AtomicBool,
+    mut visit: impl FnMut(Found) -> bool,
+) -> usize {
+    let exclude = exclude.and_then(|p| p.canonicalize().ok());
     let mut seen = 0usize;
     for input in inputs {
         if cancel.load(Ordering::Relaxed) {
@@ -52,7 +87,7 @@ pub fn scan(
         let meta = match std::fs::metadata(input) {
             Ok(m) => m,
             Err(e) => {
-                if !emit(ScanItem::Error {
+                if !visit(Found::Error {
                     path: input.clone(),
                     reason: format!("cannot read input: {e}"),
                 }) {
@@ -75,7 +110,7 @@ pub fn scan(
                 let mut entries: Vec<_> = match std::fs::read_dir(&dir) {
                     Ok(rd) => rd.filter_map(|e| e.ok()).collect(),
                     Err(e) => {
-                        if !emit(ScanItem::Error {
+                        if !visit(Found::Error {
                             path: dir.clone(),
                             reason: format!("cannot list folder: {e}"),
                         }) {
@@ -103,7 +138,7 @@ pub fn scan(
                     }
                     seen += 1;
                     let rel = path.strip_prefix(input).unwrap_or(&path).to_path_buf();
-                    if !emit(classify(&mut next_id, path, rel)) {
+                    if !visit(Found::File { path, rel }) {
                         return seen;
                     }
                 }
@@ -113,7 +148,10 @@ pub fn scan(
         } else {
             seen += 1;
             let rel = PathBuf::from(input.file_name().unwrap_or(input.as_os_str()));
-            if !emit(classify(&mut next_id, input.clone(), rel)) {
+            if !visit(Found::File {
+                path: input.clone(),
+                rel,
+            }) {
                 return seen;
             }
         }
@@ -139,5 +177,29 @@ fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
             path,
             reason: format!("cannot open: {e}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_bytes_sums_files_skips_the_output_and_stops_at_the_limit() {
+        let dir =
+            std::env::temp_dir().join(format!("dicomflow-input-bytes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        std::fs::create_dir_all(dir.join("out")).unwrap();
+        std::fs::write(dir.join("a/one"), vec![0u8; 1000]).unwrap();
+        std::fs::write(dir.join("a/b/two"), vec![0u8; 500]).unwrap();
+        std::fs::write(dir.join("out/old.png"), vec![0u8; 7000]).unwrap();
+        let inputs = [dir.clone()];
+        assert_eq!(input_bytes(&inputs, Some(&dir.join("out")), u64::MAX), 1500);
+        assert_eq!(input_bytes(&inputs, None, u64::MAX), 8500);
+        // Stops once the limit is reached: a folder's files come before its subfolders, so
+        // a/one (1000 bytes) alone reaches 600 and a/b is never listed.
+        assert_eq!(input_bytes(&inputs, Some(&dir.join("out")), 600), 1000);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
