@@ -83,22 +83,25 @@ def main():
                         outbytes += os.path.getsize(os.path.join(root, f))
             lat = (None, None)
             overlap = None
+            shown = label
             if report and os.path.exists(report):
                 r = json.load(open(report))
                 st = r["statistics"]
                 lat = (st["latency"]["p50_ms"], st["latency"]["p95_ms"])
+                if " auto" in label:  # which backend `auto` chose
+                    shown = f"{label} -> {r['backend']['name']}"
                 # Overlap: the pipeline's elapsed time / the busiest stage's busy time per worker.
                 per_worker = [s["busy_s"] / s["workers"] for s in st["stages"] if s["workers"] and s["count"]]
                 if per_worker and max(per_worker) > 0:
                     overlap = st["elapsed"] / max(per_worker)
                 shutil.move(report, os.path.join(out, f"report-{size}-{label.replace(' ', '_')}.json"))
-            res = dict(label=label, size=size, sps=outs / secs, mbs=inbytes / secs / 1e6, p50=lat[0], p95=lat[1],
+            res = dict(label=shown, size=size, sps=outs / secs, mbs=inbytes / secs / 1e6, p50=lat[0], p95=lat[1],
                        overlap=overlap,
                        rss=rss // 1024, out_mb=outbytes / 1e6, secs=secs, outputs=outs)
             if best is None or res["sps"] > best["sps"]:
                 best = res
         fmt = lambda v: "-" if v is None else f"{v:.1f}"
-        emit(f"{str(size) + 'x' + str(size):<9} {label:<40} {best['sps']:>9.1f} {best['mbs']:>8.1f} "
+        emit(f"{str(size) + 'x' + str(size):<9} {best['label']:<40} {best['sps']:>9.1f} {best['mbs']:>8.1f} "
              f"{fmt(best['p50']):>7} {fmt(best['p95']):>7} {best['rss']:>7} {best['out_mb']:>7.1f} "
              f"{'-' if best['overlap'] is None else format(best['overlap'], '.2f'):>7}")
         rows.append(best)
@@ -121,7 +124,7 @@ def main():
                 for t in ["zero-copy", "pinned", "pageable"]:
                     run(f"dicomflow cuda {t}", size, inbytes, base + ["--backend", "cuda", "--transfer", t],
                         report=report, repeat=a.repeat)
-                run("dicomflow auto (warm start, zero-copy)", size, inbytes, base + ["--transfer", "zero-copy"],
+                run("dicomflow auto (zero-copy)", size, inbytes, base + ["--transfer", "zero-copy"],
                     report=report, repeat=a.repeat)
             run("dicomflow cpu", size, inbytes, base + ["--backend", "cpu"], report=report, repeat=a.repeat)
             for e in a.extra:
