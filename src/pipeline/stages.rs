@@ -42,6 +42,16 @@ fn panic_reason(what: &str) -> String {
     format!("internal error while {what} (caught panic; please report this file)")
 }
 
+/// Sends a failure event. With `--fail-fast` it also stops loading at once: the collector would
+/// too, but only after reading the event, and by then a fast loader may have started every
+/// remaining file.
+fn send_failure(ctx: &Context, events: &Sender<Event>, event: Event) -> bool {
+    if ctx.settings.fail_fast {
+        ctx.cancel.store(true, Ordering::Relaxed);
+    }
+    events.send(event).is_ok()
+}
+
 pub(crate) fn scan_stage(
     ctx: &Context,
     inputs: &[PathBuf],
@@ -66,14 +76,16 @@ pub(crate) fn scan_stage(
             ScanItem::Skipped { path, reason } => {
                 events.send(Event::Skipped { path, reason }).is_ok()
             }
-            ScanItem::Error { path, reason } => events
-                .send(Event::FileFailed {
+            ScanItem::Error { path, reason } => send_failure(
+                ctx,
+                &events,
+                Event::FileFailed {
                     id: None,
                     path,
                     stage: Stage::Scan,
                     reason,
-                })
-                .is_ok(),
+                },
+            ),
             item @ ScanItem::Dicom(_) => tx.send(item).is_ok(),
         };
         last = Instant::now();
@@ -108,12 +120,16 @@ pub(crate) fn load_stage(
         }));
         if result.is_err() {
             scratch = Vec::new();
-            let _ = events.send(Event::FileFailed {
-                id: Some(c.id),
-                path: c.path.clone(),
-                stage: Stage::Decode,
-                reason: panic_reason("decoding"),
-            });
+            let _ = send_failure(
+                ctx,
+                &events,
+                Event::FileFailed {
+                    id: Some(c.id),
+                    path: c.path.clone(),
+                    stage: Stage::Decode,
+                    reason: panic_reason("decoding"),
+                },
+            );
         }
     }
 }
@@ -171,12 +187,16 @@ fn load_file(
             return;
         }
         Err(DecodeError::Fail(reason)) => {
-            let _ = events.send(Event::FileFailed {
-                id: Some(c.id),
-                path: c.path.clone(),
-                stage: Stage::Decode,
-                reason,
-            });
+            let _ = send_failure(
+                ctx,
+                events,
+                Event::FileFailed {
+                    id: Some(c.id),
+                    path: c.path.clone(),
+                    stage: Stage::Decode,
+                    reason,
+                },
+            );
             return;
         }
     };
@@ -206,12 +226,16 @@ fn load_file(
             continue;
         }
         let fail = |stage: Stage, reason: String| {
-            let _ = events.send(Event::FrameFailed {
-                id: c.id,
-                frame,
-                stage,
-                reason,
-            });
+            let _ = send_failure(
+                ctx,
+                events,
+                Event::FrameFailed {
+                    id: c.id,
+                    frame,
+                    stage,
+                    reason,
+                },
+            );
         };
         if let Some(other) = claim(ctx, &output) {
             fail(
@@ -351,12 +375,16 @@ pub(crate) fn render_stage(
             Ok(Err(reason)) => reason,
             Err(_) => panic_reason("rendering"),
         };
-        let _ = events.send(Event::FrameFailed {
-            id: job.id,
-            frame: job.frame,
-            stage: Stage::Render,
-            reason,
-        });
+        let _ = send_failure(
+            ctx,
+            &events,
+            Event::FrameFailed {
+                id: job.id,
+                frame: job.frame,
+                stage: Stage::Render,
+                reason,
+            },
+        );
         ctx.pool.give_back(job.slot);
     }
 }
@@ -394,12 +422,16 @@ pub(crate) fn write_stage(ctx: &Context, rx: Receiver<Job>, events: Sender<Event
         // The pixels are in the encoder's buffer now: the slot can take the next frame.
         ctx.pool.give_back(slot);
         let fail = |stage: Stage, reason: String| {
-            let _ = events.send(Event::FrameFailed {
-                id,
-                frame,
-                stage,
-                reason,
-            });
+            let _ = send_failure(
+                ctx,
+                &events,
+                Event::FrameFailed {
+                    id,
+                    frame,
+                    stage,
+                    reason,
+                },
+            );
         };
         match encoded {
             Ok(Ok(_)) => {}
