@@ -96,15 +96,22 @@ pub fn select_backend_for(
     }
 }
 
+/// A fresh, empty scratch folder for a unit test, unique to this process and `name`.
+#[cfg(test)]
+pub(crate) fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn auto_keeps_small_jobs_on_the_cpu() {
-        let dir = std::env::temp_dir().join(format!("dicomflow-auto-size-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch_dir("auto-size");
         std::fs::write(dir.join("slice.dcm"), vec![0u8; 4096]).unwrap();
         let inputs = [dir.clone()];
         let with = |bytes: Option<u64>| Settings {

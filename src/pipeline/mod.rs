@@ -292,16 +292,9 @@ pub fn run(
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     #[test]
     fn slot_hint_sizes_slots_for_the_first_dicom_file() {
-        let dir = scratch("slot-hint");
+        let dir = crate::scratch_dir("slot-hint");
         std::fs::write(dir.join("0-notes.txt"), b"not DICOM").unwrap();
         let opts = crate::synth::SynthOptions {
             size: 96,

@@ -186,9 +186,7 @@ mod tests {
 
     #[test]
     fn input_bytes_sums_files_skips_the_output_and_stops_at_the_limit() {
-        let dir =
-            std::env::temp_dir().join(format!("dicomflow-input-bytes-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::scratch_dir("input-bytes");
         std::fs::create_dir_all(dir.join("a/b")).unwrap();
         std::fs::create_dir_all(dir.join("out")).unwrap();
         std::fs::write(dir.join("a/one"), vec![0u8; 1000]).unwrap();

@@ -110,10 +110,9 @@ impl PinnedAllocator {
         let i = s.iter().position(|r| r.len() == want)?;
         Some(s.swap_remove(i))
     }
-}
 
-impl PinnedAllocator {
-    /// The `register` way: fault in huge-page memory on this thread, then register it.
+    /// The `register` way: fault in huge-page memory on this thread (or take a region faulted
+    /// in during start-up), then register it.
     fn register(&self, len: usize) -> Result<HostBuffer, String> {
         let mut region = match self.take_stocked(len) {
             Some(r) => r,
@@ -134,15 +133,41 @@ impl PinnedAllocator {
         // owned by the releaser until the buffer is released.
         Ok(unsafe { HostBuffer::from_raw(ptr, len, device_ptr, release) })
     }
-}
 
-impl HostAllocator for PinnedAllocator {
-    fn allocate(&self, len: usize) -> Result<HostBuffer, String> {
+    /// The `host-alloc` way: `cuMemHostAlloc`.
+    fn host_alloc(&self, len: usize) -> Result<HostBuffer, String> {
+        let (ptr, dptr) = self
+            .device
+            .bind()
+            .and_then(|_| {
+                // SAFETY: freed exactly once by PinnedRelease.
+                unsafe { alloc_host_mapped(len) }
+            })
+            .map_err(|e| e.to_string())?;
+        let ptr = NonNull::new(ptr).ok_or("cuMemHostAlloc returned null")?;
+        if ptr.as_ptr() as usize % SLOT_ALIGN != 0 {
+            // cuMemHostAlloc returns page-aligned memory; anything else breaks the kernels'
+            // 16-byte loads.
+            // SAFETY: from alloc_host_mapped, not used afterwards.
+            unsafe { free_host(ptr.as_ptr()) };
+            return Err("pinned memory is not aligned".into());
+        }
         let release: Arc<dyn HostRelease> = Arc::new(PinnedRelease {
             device: self.device.clone(),
             in_use: self.in_use.clone(),
         });
+        // SAFETY: fresh mapped allocation of len bytes, released by PinnedRelease.
+        Ok(unsafe { HostBuffer::from_raw(ptr, len, dptr, release) })
+    }
+}
+
+impl HostAllocator for PinnedAllocator {
+    fn allocate(&self, len: usize) -> Result<HostBuffer, String> {
         if len == 0 {
+            let release: Arc<dyn HostRelease> = Arc::new(PinnedRelease {
+                device: self.device.clone(),
+                in_use: self.in_use.clone(),
+            });
             // SAFETY: a dangling pointer with length 0 is never dereferenced or freed.
             return Ok(unsafe { HostBuffer::from_raw(NonNull::dangling(), 0, 0, release) });
         }
@@ -158,43 +183,16 @@ impl HostAllocator for PinnedAllocator {
             ));
         }
         let started = std::time::Instant::now();
-        if self.how == PageLocking::Register {
-            let result = self.register(len);
-            self.locking_ns
-                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            if result.is_err() {
-                self.in_use.fetch_sub(len as u64, Ordering::Relaxed);
-            }
-            return result;
-        }
-        let result = self.device.bind().and_then(|_| {
-            // SAFETY: freed exactly once by PinnedRelease.
-            unsafe { alloc_host_mapped(len) }
-        });
+        let result = match self.how {
+            PageLocking::Register => self.register(len),
+            PageLocking::HostAlloc => self.host_alloc(len),
+        };
         self.locking_ns
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        match result {
-            Ok((ptr, dptr)) => {
-                let Some(ptr) = NonNull::new(ptr) else {
-                    self.in_use.fetch_sub(len as u64, Ordering::Relaxed);
-                    return Err("cuMemHostAlloc returned null".into());
-                };
-                if ptr.as_ptr() as usize % SLOT_ALIGN != 0 {
-                    // cuMemHostAlloc returns page-aligned memory; anything else breaks the
-                    // kernels' 16-byte loads.
-                    // SAFETY: from alloc_host_mapped, not used afterwards.
-                    unsafe { free_host(ptr.as_ptr()) };
-                    self.in_use.fetch_sub(len as u64, Ordering::Relaxed);
-                    return Err("pinned memory is not aligned".into());
-                }
-                // SAFETY: fresh mapped allocation of len bytes, released by PinnedRelease.
-                Ok(unsafe { HostBuffer::from_raw(ptr, len, dptr, release) })
-            }
-            Err(e) => {
-                self.in_use.fetch_sub(len as u64, Ordering::Relaxed);
-                Err(e.to_string())
-            }
+        if result.is_err() {
+            self.in_use.fetch_sub(len as u64, Ordering::Relaxed);
         }
+        result
     }
 
     fn kind(&self) -> &'static str {
