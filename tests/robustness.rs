@@ -347,18 +347,22 @@ fn fail_fast_stops_at_the_first_failure() {
     let root = tempdir("robustness-failfast");
     let input = root.join("in");
     const SLICES: usize = 300;
-    let good = hostile::synth(
-        &input.join("b_good"),
-        &["--size", "128", "--slices", &SLICES.to_string()],
-    );
+    let series = input.join("series");
+    let good = hostile::synth(&series, &["--size", "128", "--slices", &SLICES.to_string()]);
     assert_eq!(good.len(), SLICES);
-    // The failing file sorts first, so that it is read before most good slices.
+    // The failing file sorts first in the same folder as the good slices: the scan lists a
+    // folder whole once it has started it, so those slices are always "found", and the ones the
+    // loader had not started must be listed as cancelled. (In a folder of its own, a fast
+    // failure could stop the scan before the good folder was listed: nothing to cancel.)
     let valid = std::fs::read(&good[0]).unwrap();
     let d = hostile::Dicom::parse(&valid);
     let mut bad = d.clone();
     bad.set_us(0x0028, 0x0100, 12);
-    std::fs::create_dir_all(input.join("a_bad")).unwrap();
-    std::fs::write(input.join("a_bad/bits12.dcm"), bad.to_bytes()).unwrap();
+    let bad_path = series.join("0000_bits12.dcm");
+    assert!(good
+        .iter()
+        .all(|g| g.file_name().unwrap() > bad_path.file_name().unwrap()));
+    std::fs::write(&bad_path, bad.to_bytes()).unwrap();
     let out = root.join("out");
     let report_path = root.join("r.json");
     let run = run_with_limit(
@@ -382,7 +386,7 @@ fn fail_fast_stops_at_the_first_failure() {
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
     assert_eq!(report["result"]["cancelled"], true);
-    let rec = record_for(&report, &input.join("a_bad/bits12.dcm")).expect("bad file in report");
+    let rec = record_for(&report, &bad_path).expect("bad file in report");
     assert_eq!(rec["status"], "failed");
     // Files found but not started are listed as cancelled, not silently dropped.
     let files = report["result"]["files"].as_array().unwrap();
@@ -395,7 +399,8 @@ fn fail_fast_stops_at_the_first_failure() {
             .unwrap() as usize,
         cancelled
     );
-    assert!(done + cancelled <= SLICES);
+    // Every good slice is accounted for: rendered, or listed as cancelled.
+    assert_eq!(done + cancelled, SLICES, "stderr:\n{}", run.stderr);
     let written = walk(&out)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "png"))
