@@ -173,6 +173,20 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     } else {
         let _ = writeln!(s, "  errors: {}", stats.error_count);
     }
+    if let Some(o) = stats.overlap {
+        let busy = stats
+            .pools
+            .iter()
+            .find(|p| p.pool == o.busiest)
+            .map_or(0.0, |p| p.busy_fraction);
+        let _ = writeln!(
+            s,
+            "  overlap: {:.2} (elapsed / busy time per thread of the busiest pool, {}: {:.0}% busy)",
+            o.ratio,
+            o.busiest.name(),
+            busy * 100.0
+        );
+    }
     s.push_str(&failures(result));
     let skipped: Vec<_> = result
         .files

@@ -47,6 +47,8 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
     Snapshot {
         elapsed: Duration::from_secs_f64(elapsed_s),
         stages,
+        pools: Vec::new(),
+        overlap: None,
         latency: stage(StageId::Write, done, 1, 0.0, 20.0),
         gauges: vec![
             GaugeSnapshot {

@@ -64,6 +64,48 @@ impl StageId {
     }
 }
 
+/// The thread pools of the pipeline. A pool's threads run one or more stages one after the
+/// other (a writer encodes, then writes), so how busy a pool is, not a stage, says whether the
+/// pipeline's threads are kept working.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pool {
+    Scan,
+    Loaders,
+    RenderWorkers,
+    Writers,
+}
+
+impl Pool {
+    /// All pools in pipeline order.
+    pub const ALL: [Pool; 4] = [
+        Pool::Scan,
+        Pool::Loaders,
+        Pool::RenderWorkers,
+        Pool::Writers,
+    ];
+
+    /// The pool whose threads run `stage`.
+    pub fn of(stage: StageId) -> Pool {
+        match stage {
+            StageId::Scan => Pool::Scan,
+            StageId::ReadDecode => Pool::Loaders,
+            StageId::TransferIn | StageId::Compute | StageId::TransferOut => Pool::RenderWorkers,
+            StageId::Encode | StageId::Write => Pool::Writers,
+        }
+    }
+
+    /// Display name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pool::Scan => "scan",
+            Pool::Loaders => "loaders",
+            Pool::RenderWorkers => "render workers",
+            Pool::Writers => "writers",
+        }
+    }
+}
+
 fn new_histogram() -> Histogram<u64> {
     // Microseconds from 1 µs to one hour, 2 significant digits: a few KiB per histogram.
     Histogram::new_with_bounds(1, 3_600_000_000, 2).unwrap_or_else(|_| {
@@ -287,13 +329,15 @@ impl Stats {
     /// Merges everything into a consistent-enough view for display and reports.
     pub fn snapshot(&self) -> Snapshot {
         let elapsed = self.elapsed();
-        let stages = StageId::ALL
+        let stages: Vec<StageSnapshot> = StageId::ALL
             .iter()
             .map(|&id| {
                 let slot = &self.stages[id.index()];
                 StageSnapshot::from_slot(id.name().to_string(), slot, elapsed)
             })
             .collect();
+        let pools = PoolSnapshot::from_stages(&stages, elapsed);
+        let overlap = overlap(&pools, elapsed);
         let latency = StageSnapshot::from_slot("latency".into(), &self.latency, elapsed);
         let gauges = self.gauges();
         let (error_count, recent_errors) = self
@@ -305,6 +349,8 @@ impl Stats {
         Snapshot {
             elapsed,
             stages,
+            pools,
+            overlap,
             latency,
             gauges,
             error_count,
@@ -395,6 +441,70 @@ impl StageSnapshot {
     }
 }
 
+/// One thread pool, merged from the stages its threads run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PoolSnapshot {
+    pub pool: Pool,
+    /// Threads in the pool (the most that recorded any of its stages: the same threads record
+    /// each of them).
+    pub workers: u64,
+    /// Summed time the pool's threads spent in its stages, seconds.
+    pub busy_s: f64,
+    /// busy / (elapsed × workers), 0..=1.
+    pub busy_fraction: f64,
+}
+
+impl PoolSnapshot {
+    /// The pools that processed slices, from the per-stage figures (in `StageId::ALL` order).
+    fn from_stages(stages: &[StageSnapshot], elapsed: Duration) -> Vec<PoolSnapshot> {
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        Pool::ALL
+            .iter()
+            .filter_map(|&pool| {
+                let mine = || {
+                    StageId::ALL
+                        .iter()
+                        .zip(stages)
+                        .filter(move |(id, st)| Pool::of(**id) == pool && st.count > 0)
+                        .map(|(_, st)| st)
+                };
+                let workers = mine().map(|st| st.workers).max()?;
+                let busy_s: f64 = mine().map(|st| st.busy_s).sum();
+                Some(PoolSnapshot {
+                    pool,
+                    workers,
+                    busy_s,
+                    busy_fraction: if workers > 0 {
+                        (busy_s / (secs * workers as f64)).min(1.0)
+                    } else {
+                        0.0
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// How well the stages overlap: elapsed time / (busiest pool's busy time / its threads).
+/// 1.0 means the busiest pool never waited; a pipeline that ran its stages one after another
+/// would approach the number of pools. None before any slice is processed.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Overlap {
+    pub ratio: f64,
+    pub busiest: Pool,
+}
+
+fn overlap(pools: &[PoolSnapshot], elapsed: Duration) -> Option<Overlap> {
+    let busiest = pools
+        .iter()
+        .filter(|p| p.workers > 0 && p.busy_s > 0.0)
+        .max_by(|a, b| (a.busy_s / a.workers as f64).total_cmp(&(b.busy_s / b.workers as f64)))?;
+    Some(Overlap {
+        ratio: elapsed.as_secs_f64() / (busiest.busy_s / busiest.workers as f64),
+        busiest: busiest.pool,
+    })
+}
+
 /// A sampled gauge.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GaugeSnapshot {
@@ -409,6 +519,9 @@ pub struct Snapshot {
     #[serde(serialize_with = "ser_secs")]
     pub elapsed: Duration,
     pub stages: Vec<StageSnapshot>,
+    /// The thread pools (loaders, render workers, writers), merged from their stages.
+    pub pools: Vec<PoolSnapshot>,
+    pub overlap: Option<Overlap>,
     pub latency: StageSnapshot,
     pub gauges: Vec<GaugeSnapshot>,
     pub error_count: u64,
@@ -490,6 +603,47 @@ mod tests {
         assert!((enc.p50_ms - 0.5).abs() < 0.02, "{}", enc.p50_ms);
         assert!((enc.max_ms - 1.0).abs() < 0.02, "{}", enc.max_ms);
         assert_eq!(s.bottleneck().map(|b| b.name.as_str()), Some("encode"));
+    }
+
+    #[test]
+    fn pools_merge_the_stages_their_threads_run() {
+        let stats = Stats::new();
+        let loader = stats.recorder(StageId::ReadDecode);
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                (
+                    stats.recorder(StageId::Encode),
+                    stats.recorder(StageId::Write),
+                )
+            })
+            .collect();
+        for _ in 0..10 {
+            loader.record(Duration::from_millis(4));
+            for (encode, write) in &writers {
+                encode.record(Duration::from_millis(3));
+                write.record(Duration::from_millis(2));
+            }
+        }
+        let s = stats.snapshot();
+        let names: Vec<_> = s.pools.iter().map(|p| p.pool).collect();
+        assert_eq!(names, [Pool::Loaders, Pool::Writers]);
+        let w = &s.pools[1];
+        assert_eq!(w.workers, 2);
+        assert!((w.busy_s - 0.1).abs() < 1e-9, "{}", w.busy_s);
+        // Per thread: loaders 40 ms, writers (30 + 20 ms) = 50 ms: the writers are busiest,
+        // though each of their stages alone is less busy than the loader.
+        let o = s.overlap.unwrap();
+        assert_eq!(o.busiest, Pool::Writers);
+        assert!(
+            (o.ratio - s.elapsed.as_secs_f64() / 0.05).abs() < 1e-6,
+            "{}",
+            o.ratio
+        );
+    }
+
+    #[test]
+    fn overlap_is_unknown_before_any_slice() {
+        assert!(Stats::new().snapshot().overlap.is_none());
     }
 
     #[test]
