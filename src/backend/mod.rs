@@ -56,11 +56,6 @@ pub trait Backend: Send + Sync {
     fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, String>;
     /// Render worker threads this backend wants by default.
     fn default_workers(&self) -> usize;
-    /// Whether frames are rendered off the CPU (the GPU), leaving the cores to the loaders and
-    /// writers; sizes the writer pool.
-    fn renders_off_the_cpu(&self) -> bool {
-        false
-    }
     /// Gives the backend the run's statistics (GPU figures are published there).
     fn attach_stats(&self, _stats: Arc<crate::stats::Stats>) {}
     /// Called once after the last frame (final statistics).

@@ -35,24 +35,11 @@ pub struct Sizing {
 impl Sizing {
     /// Settings, with zeros replaced by defaults derived from the core count.
     pub fn from_settings(settings: &Settings, backend: &dyn Backend) -> Sizing {
-        Sizing::with_workers(
-            settings,
-            backend.default_workers(),
-            backend.renders_off_the_cpu(),
-        )
+        Sizing::with_workers(settings, backend.default_workers())
     }
 
     /// Settings, with zeros replaced by defaults; `default_workers` when `workers` is 0.
-    /// Writers default to one per core; when rendering is off the CPU (a GPU backend, whose
-    /// workers mostly wait for their stream), to the cores the loaders leave: the CPU's work is
-    /// then only reading and encoding, and more threads than cores only leave writers waiting
-    /// for a core (measured on the H200 host: same throughput with 12 writers as with 16 on 16
-    /// cores, each writer busier; BENCHMARKS.md).
-    fn with_workers(
-        settings: &Settings,
-        default_workers: usize,
-        renders_off_the_cpu: bool,
-    ) -> Sizing {
+    fn with_workers(settings: &Settings, default_workers: usize) -> Sizing {
         let cores = crate::available_cores();
         let loaders = if settings.loaders > 0 {
             settings.loaders
@@ -66,8 +53,6 @@ impl Sizing {
         };
         let writers = if settings.writers > 0 {
             settings.writers
-        } else if renders_off_the_cpu {
-            cores.saturating_sub(loaders).max(2)
         } else {
             cores.max(1)
         };
@@ -128,7 +113,7 @@ impl SlotHint {
                 .map(|f| f.info.clone())
         })
         .ok()??;
-        let count = Sizing::with_workers(settings, workers, true).slots;
+        let count = Sizing::with_workers(settings, workers).slots;
         Some(SlotHint {
             count,
             input: slot::round_up(info.frame_bytes() as usize),
@@ -306,24 +291,6 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn gpu_backends_leave_the_loaders_their_cores() {
-        let cores = crate::available_cores();
-        let auto = Settings::default();
-        let cpu = Sizing::with_workers(&auto, 3, false);
-        let gpu = Sizing::with_workers(&auto, 3, true);
-        assert_eq!(cpu.writers, cores.max(1));
-        assert_eq!(gpu.loaders, cpu.loaders);
-        assert_eq!(gpu.writers, cores.saturating_sub(gpu.loaders).max(2));
-        assert_eq!(gpu.slots, gpu.loaders + 2 * 3 + gpu.writers + 2);
-        // An explicit count always wins.
-        let fixed = Settings {
-            writers: 7,
-            ..Settings::default()
-        };
-        assert_eq!(Sizing::with_workers(&fixed, 3, true).writers, 7);
-    }
 
     #[test]
     fn slot_hint_sizes_slots_for_the_first_dicom_file() {

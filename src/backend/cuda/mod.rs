@@ -405,10 +405,6 @@ impl Backend for CudaBackend {
         self.streams * self.shared.devices.len()
     }
 
-    fn renders_off_the_cpu(&self) -> bool {
-        true
-    }
-
     fn attach_stats(&self, stats: Arc<Stats>) {
         let _ = self.shared.stats.set(stats);
         self.shared.publish();
