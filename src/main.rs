@@ -18,8 +18,9 @@ use dicomflow::render::spec::parse_voi_override;
 use dicomflow::render::RenderOptions;
 
 fn main() {
+    let started = std::time::Instant::now();
     let cli = Cli::parse();
-    let code = match run(cli) {
+    let code = match run(cli, started) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("dicomflow: error: {e}");
@@ -58,7 +59,7 @@ fn init_logging(verbose: u8, quiet: bool) {
         .try_init();
 }
 
-fn run(cli: Cli) -> Result<i32, FatalError> {
+fn run(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError> {
     init_logging(cli.verbose, cli.quiet);
     match cli.command {
         Command::Run(args) => {
@@ -66,6 +67,10 @@ fn run(cli: Cli) -> Result<i32, FatalError> {
             let backend = dicomflow::select_backend_for(&settings, &args.inputs)?;
             // Kept alive to the end: the process exits without tearing the driver down.
             std::mem::forget(backend.clone());
+            let mut process = dicomflow::report::ProcessTimes {
+                backend_ready_s: started.elapsed().as_secs_f64(),
+                ..Default::default()
+            };
             let stats = dicomflow::stats::Stats::new();
             let cancel = Arc::new(AtomicBool::new(false));
             signals::cancel_on_interrupt(cancel.clone());
@@ -93,13 +98,15 @@ fn run(cli: Cli) -> Result<i32, FatalError> {
                     tracer.clone(),
                 )
             })??;
+            process.pipeline_done_s = started.elapsed().as_secs_f64();
             let snapshot = stats.snapshot();
             if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
                 t.write(path)
                     .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
             }
             if let Some(path) = &settings.report {
-                dicomflow::report::write_report(path, &settings, &result, &snapshot)
+                process.report_s = started.elapsed().as_secs_f64();
+                dicomflow::report::write_report(path, &settings, &result, &snapshot, process)
                     .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
             }
             if !cli.quiet {

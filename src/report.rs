@@ -59,6 +59,19 @@ pub struct BackendSection<'a> {
     pub gpu: Option<&'a GpuFigures>,
 }
 
+/// When the process reached each phase, in seconds since `main` started: what the pipeline's
+/// own clock (`statistics.elapsed`) leaves out, such as opening the GPU. The process's exit,
+/// after the report, is not in it: compare with the wall time measured outside.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ProcessTimes {
+    /// Configuration read and the backend ready (for CUDA: driver, contexts, kernels).
+    pub backend_ready_s: f64,
+    /// The last slice finished (pipeline threads joined).
+    pub pipeline_done_s: f64,
+    /// This report about to be written (after the trace, if any).
+    pub report_s: f64,
+}
+
 /// The report document.
 #[derive(serde::Serialize)]
 pub struct Report<'a> {
@@ -71,6 +84,7 @@ pub struct Report<'a> {
     pub result: &'a RunResult,
     /// Per-stage statistics, gauges at the end, counters.
     pub statistics: &'a Snapshot,
+    pub process: ProcessTimes,
 }
 
 /// Writes the JSON report atomically.
@@ -79,6 +93,7 @@ pub fn write_report(
     settings: &Settings,
     result: &RunResult,
     stats: &Snapshot,
+    process: ProcessTimes,
 ) -> std::io::Result<()> {
     let report = Report {
         report_version: REPORT_VERSION,
@@ -92,6 +107,7 @@ pub fn write_report(
         },
         result,
         statistics: stats,
+        process,
     };
     let bytes = serde_json::to_vec_pretty(&report)?;
     crate::output::atomic::write_atomic(path, &bytes)

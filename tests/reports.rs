@@ -235,6 +235,30 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
             "write"
         ]
     );
+    // The process's phases are in order, and the pipeline's clock fits inside them.
+    let t = |k: &str| doc["process"][k].as_f64().unwrap();
+    assert!(
+        t("backend_ready_s") <= t("pipeline_done_s"),
+        "{}",
+        doc["process"]
+    );
+    assert!(t("pipeline_done_s") <= t("report_s"), "{}", doc["process"]);
+    let elapsed = doc["statistics"]["elapsed"].as_f64().unwrap();
+    assert!(elapsed <= t("pipeline_done_s") - t("backend_ready_s") + 0.01);
+    // One pool per thread kind that processed slices, and the overlap names the busiest.
+    let pools: Vec<_> = doc["statistics"]["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pool"].as_str().unwrap())
+        .collect();
+    assert!(
+        pools.contains(&"loaders") && pools.contains(&"writers"),
+        "{pools:?}"
+    );
+    let busiest = doc["statistics"]["overlap"]["busiest"].as_str().unwrap();
+    assert!(pools.contains(&busiest), "{busiest} not in {pools:?}");
+    assert!(doc["statistics"]["overlap"]["ratio"].as_f64().unwrap() >= 0.99);
 
     // The validator is not vacuous.
     let mut bad = doc.clone();
