@@ -55,7 +55,7 @@ def main():
         table.write(line + "\n")
         table.flush()
 
-    emit(f"{'size':<9} {'config':<40} {'slices/s':>9} {'MB/s':>8} {'p50 ms':>7} {'p95 ms':>7} {'RSS MB':>7} {'out MB':>7} {'overlap':>7}")
+    emit(f"{'size':<9} {'config':<40} {'slices/s':>9} {'MB/s':>8} {'p50 ms':>7} {'p95 ms':>7} {'RSS MB':>7} {'out MB':>7} {'overlap':>7} {'start s':>7}")
 
     def run(label, size, inbytes, cmd, shell=False, report=None, repeat=1):
         best = None
@@ -83,6 +83,7 @@ def main():
                         outbytes += os.path.getsize(os.path.join(root, f))
             lat = (None, None)
             overlap = None
+            start = None
             shown = label
             if report and os.path.exists(report):
                 r = json.load(open(report))
@@ -94,16 +95,20 @@ def main():
                 # thread, as the report computes it (a writer's encode and write are one pool).
                 if st.get("overlap"):
                     overlap = st["overlap"]["ratio"]
+                # Process start to backend ready (the GPU's fixed cost), from the report.
+                if r.get("process"):
+                    start = r["process"]["backend_ready_s"]
                 shutil.move(report, os.path.join(out, f"report-{size}-{label.replace(' ', '_')}.json"))
             res = dict(label=shown, size=size, sps=outs / secs, mbs=inbytes / secs / 1e6, p50=lat[0], p95=lat[1],
-                       overlap=overlap,
+                       overlap=overlap, start=start,
                        rss=rss // 1024, out_mb=outbytes / 1e6, secs=secs, outputs=outs)
             if best is None or res["sps"] > best["sps"]:
                 best = res
         fmt = lambda v: "-" if v is None else f"{v:.1f}"
         emit(f"{str(size) + 'x' + str(size):<9} {best['label']:<40} {best['sps']:>9.1f} {best['mbs']:>8.1f} "
              f"{fmt(best['p50']):>7} {fmt(best['p95']):>7} {best['rss']:>7} {best['out_mb']:>7.1f} "
-             f"{'-' if best['overlap'] is None else format(best['overlap'], '.2f'):>7}")
+             f"{'-' if best['overlap'] is None else format(best['overlap'], '.2f'):>7} "
+             f"{'-' if best['start'] is None else format(best['start'], '.2f'):>7}")
         rows.append(best)
 
     for size in [int(s) for s in a.sizes.split(",")]:
