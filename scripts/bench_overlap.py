@@ -37,13 +37,13 @@ def emit(line):
 emit(f"{'size':<6} {'config':<18} {'rep':>3} {'slices/s':>9} {'pipe s':>7} {'overlap':>7} {'busiest':<15} {'wr':>3} {'p50':>6} {'p95':>6}")
 # One throw-away run: the first GPU process on a fresh machine is always slow.
 warm = os.path.join(work, "o")
-subprocess.run([df, "-q", "run", series[SIZES[1][0]][0], "-o", warm, "--backend", "cuda"], check=False)
+largest = SIZES[-1][0]
+subprocess.run([df, "-q", "run", series[largest][0], "-o", warm, "--backend", "cuda"], check=False)
 shutil.rmtree(warm, ignore_errors=True)
-for size in [s for s, _ in SIZES]:
-    d, n = series[size]
+for size, (d, n) in series.items():
     for rep in (1, 2):
         for label, args in configs:
-            if label.startswith("cpu") and size == SIZES[1][0] and rep == 2:
+            if label.startswith("cpu") and size == largest and rep == 2:
                 continue
             time.sleep(1)
             o = os.path.join(work, "o")
@@ -59,6 +59,6 @@ for size in [s for s, _ in SIZES]:
             st = r["statistics"]
             ov = st["overlap"]
             emit(f"{size:<6} {label:<18} {rep:>3} {n / secs:>9.1f} {st['elapsed']:>7.3f} {ov['ratio']:>7.2f} "
-                 f"{ov['busiest']:<15} {r['result']['sizing']['writers'] if 'sizing' in r['result'] else '?':>3} "
+                 f"{ov['busiest']:<15} {r['result']['sizing']['writers']:>3} "
                  f"{st['latency']['p50_ms']:>6.1f} {st['latency']['p95_ms']:>6.1f}  rc={p.returncode}")
             shutil.rmtree(o, ignore_errors=True)

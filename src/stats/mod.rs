@@ -414,11 +414,7 @@ impl StageSnapshot {
             count,
             workers,
             busy_s,
-            busy_fraction: if workers > 0 {
-                (busy_s / (secs * workers as f64)).min(1.0)
-            } else {
-                0.0
-            },
+            busy_fraction: busy_fraction(busy_s, secs, workers),
             throughput: count as f64 / secs,
             p50_ms: if empty {
                 0.0
@@ -438,6 +434,15 @@ impl StageSnapshot {
             max_ms: if empty { 0.0 } else { ms(merged.max()) },
             mean_ms: if empty { 0.0 } else { merged.mean() / 1000.0 },
         }
+    }
+}
+
+/// busy / (elapsed × workers), 0..=1 (0 without workers).
+fn busy_fraction(busy_s: f64, elapsed_s: f64, workers: u64) -> f64 {
+    if workers > 0 {
+        (busy_s / (elapsed_s * workers as f64)).min(1.0)
+    } else {
+        0.0
     }
 }
 
@@ -474,11 +479,7 @@ impl PoolSnapshot {
                     pool,
                     workers,
                     busy_s,
-                    busy_fraction: if workers > 0 {
-                        (busy_s / (secs * workers as f64)).min(1.0)
-                    } else {
-                        0.0
-                    },
+                    busy_fraction: busy_fraction(busy_s, secs, workers),
                 })
             })
             .collect()
