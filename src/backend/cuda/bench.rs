@@ -253,7 +253,9 @@ fn single(
 }
 
 /// Sustained throughput: `total` slices spread over `streams` streams, two slot pairs per
-/// stream, no synchronization until the end. Returns ms per slice.
+/// stream, no synchronization until the end. Returns ms per slice. `strategy`: "pinned" or
+/// "zero-copy" (either with " (registered)"), or the copy engines alone: "copies" (H2D and D2H,
+/// no kernel) or "copies in" (H2D only).
 fn sustained(
     ctx: &Ctx,
     n: u32,
@@ -286,7 +288,7 @@ fn sustained(
         h.fill(i as u16);
         hin.push(h);
         hout.push(host(out_len)?);
-        if strategy == "pinned" {
+        if strategy != "zero-copy" {
             din.push(DeviceBuffer::alloc(&ss[i % streams], in_len)?);
             dout.push(DeviceBuffer::alloc(&ss[i % streams], out_len)?);
         }
@@ -298,13 +300,17 @@ fn sustained(
         for i in 0..count {
             let s = &ss[i % streams];
             let p = i % pairs;
-            if strategy == "pinned" {
+            if strategy != "zero-copy" {
                 // SAFETY: buffers hold the lengths; all streams are synchronized before reuse
                 // across iterations completes (same stream reuses the same pair in order).
                 unsafe { driver::copy_htod_async(din[p].ptr(), hin[p].ptr, in_len, s)? };
-                launch_apply(ctx, s, din[p].ptr(), dout[p].ptr(), pixels as u64)?;
-                // SAFETY: as above.
-                unsafe { driver::copy_dtoh_async(hout[p].ptr, dout[p].ptr(), out_len, s)? };
+                if strategy == "pinned" {
+                    launch_apply(ctx, s, din[p].ptr(), dout[p].ptr(), pixels as u64)?;
+                }
+                if strategy != "copies in" {
+                    // SAFETY: as above.
+                    unsafe { driver::copy_dtoh_async(hout[p].ptr, dout[p].ptr(), out_len, s)? };
+                }
             } else {
                 launch_apply(ctx, s, hin[p].dptr, hout[p].dptr, pixels as u64)?;
             }
@@ -454,8 +460,8 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         grid: None,
         table,
     };
-    let h2d = ceiling(&ctx, &stream, opts.iters.min(10), true).map_err(e)?;
-    let d2h = ceiling(&ctx, &stream, opts.iters.min(10), false).map_err(e)?;
+    let h2d = ceiling(&ctx, &stream, opts.iters.clamp(3, 25), true).map_err(e)?;
+    let d2h = ceiling(&ctx, &stream, opts.iters.clamp(3, 25), false).map_err(e)?;
     let (fill_plain, fill_wc) = cpu_fill_speed(64 << 20).map_err(e)?;
     // A 2000x2000 ring as the pipeline sizes it on 16 cores: 30 slots of 8 MB in + 4 MB out.
     let locking = page_locking_costs(&device, 30, 12_000_000).map_err(e)?;
@@ -527,6 +533,16 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
             };
             variants.push((label, ms));
         }
+    }
+    // The copy engines alone, moving one slice's bytes per step on the same streams: inbound
+    // only, and both directions at once. The bound assumes each direction runs at its
+    // one-way ceiling while the other is busy; the duplex row shows what this link gives.
+    let total = (opts.iters * 4).max(4 * s);
+    for (label, strategy) in [
+        ("copy engines, H2D only", "copies in"),
+        ("copy engines, H2D + D2H (no kernel)", "copies"),
+    ] {
+        variants.push((label.to_string(), sustained(&ctx, n, total, s, strategy).map_err(e)?));
     }
 
     let mut out = String::new();
