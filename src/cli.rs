@@ -117,7 +117,8 @@ pub struct RunArgs {
     /// Loader threads (0 = auto).
     #[arg(long)]
     pub loaders: Option<i64>,
-    /// Render workers (0 = auto).
+    /// Render worker threads (0 = auto: one per GPU stream; none with the CPU backend, whose
+    /// writers render).
     #[arg(long)]
     pub workers: Option<i64>,
     /// Writer threads (0 = auto).

@@ -139,15 +139,24 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     let _ = writeln!(s, "  frames: {} written, {} already present, {} failed; {} in {:.2} s ({:.1} frames/s); output {}",
         t.frames_written, t.frames_existing, t.frames_failed, t.frames_written + t.frames_existing,
         secs, t.frames_written as f64 / secs, mb(t.output_bytes));
+    let z = &result.sizing;
+    let threads = if z.workers == 0 {
+        format!(
+            "loaders {}, writers {} (each renders, encodes and writes)",
+            z.loaders, z.writers
+        )
+    } else {
+        format!(
+            "loaders {}, workers {}, writers {}",
+            z.loaders, z.workers, z.writers
+        )
+    };
     let _ = writeln!(
         s,
-        "  backend: {} ({})\n  threads: loaders {}, workers {}, writers {}; slots {} ({} {})",
+        "  backend: {} ({})\n  threads: {threads}; slots {} ({} {})",
         result.backend.name,
         result.backend.reason,
-        result.sizing.loaders,
-        result.sizing.workers,
-        result.sizing.writers,
-        result.sizing.slots,
+        z.slots,
         mb(result.slot_memory_bytes),
         result.slot_memory_kind
     );

@@ -203,3 +203,47 @@ fn inspect_explains_windows_and_the_choice() {
         assert!(text.contains(needle), "{needle} not in:\n{text}");
     }
 }
+
+#[test]
+fn writers_that_render_match_render_workers_byte_for_byte() {
+    // The CPU backend renders on its writer threads by default; `--workers N` brings back
+    // separate render workers. The two layouts must write the same files.
+    let root = tempdir("cli-render-on-writers");
+    let input = root.join("in");
+    synth(&input.join("ct"), &["--slices", "6"]);
+    synth(&input.join("rgb"), &["--slices", "2", "--rgb"]);
+    synth(&input.join("cine"), &["--multiframe", "--slices", "5"]);
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample");
+    let run = |out: &Path, extra: &[&str]| {
+        let mut args = vec!["run", "--no-tui", "--backend", "cpu", "--writers", "2"];
+        args.extend_from_slice(extra);
+        args.extend([
+            input.to_str().unwrap(),
+            sample.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        let o = dicomflow(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{stderr}");
+        stderr
+    };
+    let (a, b) = (root.join("on-writers"), root.join("workers"));
+    let summary_a = run(&a, &[]);
+    let summary_b = run(&b, &["--workers", "2"]);
+    assert!(
+        summary_a.contains("writers 2 (each renders, encodes and writes)"),
+        "{summary_a}"
+    );
+    assert!(summary_b.contains("workers 2, writers 2"), "{summary_b}");
+    let files = files_under(&a);
+    assert_eq!(files, files_under(&b));
+    assert_eq!(files.len(), 6 + 2 + 5 + 200, "{files:?}");
+    for f in &files {
+        assert!(
+            std::fs::read(a.join(f)).unwrap() == std::fs::read(b.join(f)).unwrap(),
+            "{f} differs"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -256,6 +256,16 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
         pools.contains(&"loaders") && pools.contains(&"writers"),
         "{pools:?}"
     );
+    // The CPU backend renders on the writer threads (no render workers); the GPU has workers.
+    let on_writers = doc["statistics"]["render_on_writers"].as_bool().unwrap();
+    assert_eq!(
+        on_writers,
+        doc["result"]["sizing"]["workers"] == 0,
+        "{}",
+        doc["result"]["sizing"]
+    );
+    assert_eq!(on_writers, doc["backend"]["name"] == "cpu");
+    assert_eq!(pools.contains(&"render-workers"), !on_writers, "{pools:?}");
     let busiest = doc["statistics"]["overlap"]["busiest"].as_str().unwrap();
     assert!(pools.contains(&busiest), "{busiest} not in {pools:?}");
     assert!(doc["statistics"]["overlap"]["ratio"].as_f64().unwrap() >= 0.99);
@@ -299,10 +309,20 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
         .map(|e| e["args"]["name"].as_str().unwrap())
         .collect();
     for prefix in ["load-", "render-", "write-"] {
-        assert!(
+        assert_eq!(
             threads.iter().any(|t| t.starts_with(prefix)),
+            prefix != "render-" || !on_writers,
             "{prefix} in {threads:?}"
         );
+    }
+    // Compute spans are on the render workers, or on the writers that render.
+    let compute_thread = if on_writers { "write-" } else { "render-" };
+    for s in spans.iter().filter(|s| s["cat"] == "compute") {
+        assert!(events.iter().any(|e| e["name"] == "thread_name"
+            && e["tid"] == s["tid"]
+            && e["args"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(compute_thread))));
     }
     // Every span's thread has a name.
     for s in &spans {

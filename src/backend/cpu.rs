@@ -47,8 +47,11 @@ impl Backend for CpuBackend {
     }
 
     fn default_workers(&self) -> usize {
-        // Rendering is a table lookup per pixel: a quarter of the cores keeps up with encoding.
-        (crate::available_cores() / 4).max(1)
+        // None: each writer renders its frame, then encodes and writes it, while the pixels are
+        // still in that core's cache. Separate render workers were the bottleneck at 2000×2000
+        // (a quarter of the cores rendering while the writers waited) and cost a hand-off per
+        // frame; see BENCHMARKS.md, optimization log item 15.
+        0
     }
 }
 

@@ -54,7 +54,8 @@ pub trait Backend: Send + Sync {
     fn allocator(&self) -> Arc<dyn HostAllocator>;
     /// Creates the per-thread worker `index` (a GPU worker owns a stream).
     fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, String>;
-    /// Render worker threads this backend wants by default.
+    /// Render worker threads this backend wants by default; 0 = none, the writer threads
+    /// render each frame themselves (each with its own [`Backend::worker`]).
     fn default_workers(&self) -> usize;
     /// Gives the backend the run's statistics (GPU figures are published there).
     fn attach_stats(&self, _stats: Arc<crate::stats::Stats>) {}

@@ -55,10 +55,11 @@ impl WarmStart {
         if init.is_none() {
             let _ = cuda.set(Err("cannot start the CUDA initialization thread".into()));
         }
-        // Workers for whichever backend ends up rendering: the GPU wants one per stream per
-        // device, the CPU a quarter of the cores.
+        // Render workers for whichever backend ends up rendering: the GPU wants one per stream
+        // per device, and the CPU phase at least a quarter of the cores (these workers switch
+        // backends, so the writers cannot render themselves as with the plain CPU backend).
         let devices = visible_gpus().max(1);
-        let workers = (settings.streams * devices).max(CpuBackend::new("").default_workers());
+        let workers = (settings.streams * devices).max((crate::available_cores() / 4).max(1));
         WarmStart {
             cpu: CpuBackend::new("auto: CUDA still initializing"),
             allocator: Arc::new(SwitchAllocator {

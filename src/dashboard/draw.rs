@@ -345,7 +345,14 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
         .map(|c| c.workers)
         .unwrap_or(0);
     if workers > 0 && s.gpu.is_none() {
-        lines.push(Line::from(format!("render workers: {workers}")));
+        lines.push(Line::from(if s.render_on_writers {
+            format!(
+                "rendering on {workers} writer thread{}",
+                if workers == 1 { "" } else { "s" }
+            )
+        } else {
+            format!("render workers: {workers}")
+        }));
     }
     f.render_widget(
         Paragraph::new(lines)

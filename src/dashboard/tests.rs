@@ -48,6 +48,7 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         elapsed: Duration::from_secs_f64(elapsed_s),
         stages,
         pools: Vec::new(),
+        render_on_writers: false,
         overlap: None,
         latency: stage(StageId::Write, done, 1, 0.0, 20.0),
         gauges: vec![
@@ -183,9 +184,20 @@ fn full_frame_100x30_shows_every_panel() {
     assert!(row(&lines, "slots in flight").contains("10/10"));
     assert!(all.contains("Throughput fr/s"));
     assert!(all.contains("CPU backend"));
+    assert!(all.contains("render workers: 1"), "{all}");
     assert!(all.contains("Errors (0)"));
     assert!(all.contains("log: out/dicomflow.log"));
     assert!(all.contains("RUNNING"));
+}
+
+#[test]
+fn cpu_panel_says_when_the_writers_render() {
+    let mut s = snapshot(2.0, 120);
+    s.render_on_writers = true;
+    s.stages[StageId::Compute as usize].workers = 2;
+    let all = render(&app(s), 100, 30).join("\n");
+    assert!(all.contains("rendering on 2 writer threads"), "{all}");
+    assert!(!all.contains("render workers:"), "{all}");
 }
 
 #[test]

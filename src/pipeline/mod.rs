@@ -27,6 +27,7 @@ use slot::SlotPool;
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Sizing {
     pub loaders: usize,
+    /// Render worker threads; 0 = the writers render each frame before encoding it.
     pub workers: usize,
     pub writers: usize,
     pub slots: usize,
@@ -38,7 +39,8 @@ impl Sizing {
         Sizing::with_workers(settings, backend.default_workers())
     }
 
-    /// Settings, with zeros replaced by defaults; `default_workers` when `workers` is 0.
+    /// Settings, with zeros replaced by defaults; `default_workers` when `workers` is 0 (which
+    /// may itself be 0: the writers render).
     fn with_workers(settings: &Settings, default_workers: usize) -> Sizing {
         let cores = crate::available_cores();
         let loaders = if settings.loaders > 0 {
@@ -49,7 +51,7 @@ impl Sizing {
         let workers = if settings.workers > 0 {
             settings.workers
         } else {
-            default_workers.max(1)
+            default_workers
         };
         let writers = if settings.writers > 0 {
             settings.writers
@@ -188,6 +190,19 @@ pub fn run(
                 .map_err(|e| FatalError::Backend(format!("cannot start render worker {i}: {e}")))?,
         );
     }
+    // Without render workers every writer renders its frames with a worker of its own.
+    let render_on_writers = sizing.workers == 0;
+    stats.set_render_on_writers(render_on_writers);
+    let mut writer_renderers = Vec::with_capacity(sizing.writers);
+    for i in 0..sizing.writers {
+        writer_renderers.push(if render_on_writers {
+            Some(backend.worker(i).map_err(|e| {
+                FatalError::Backend(format!("cannot start the renderer of writer {i}: {e}"))
+            })?)
+        } else {
+            None
+        });
+    }
 
     tracing::info!(
         "render workers ready {:.1} ms after the pipeline started",
@@ -205,14 +220,21 @@ pub fn run(
             "scan → load",
             Box::new(move || (a.len(), a.capacity().unwrap_or(0))),
         );
-        stats.add_gauge(
-            "load → render",
-            Box::new(move || (b.len(), b.capacity().unwrap_or(0))),
-        );
-        stats.add_gauge(
-            "render → write",
-            Box::new(move || (c.len(), c.capacity().unwrap_or(0))),
-        );
+        if render_on_writers {
+            stats.add_gauge(
+                "load → write",
+                Box::new(move || (b.len(), b.capacity().unwrap_or(0))),
+            );
+        } else {
+            stats.add_gauge(
+                "load → render",
+                Box::new(move || (b.len(), b.capacity().unwrap_or(0))),
+            );
+            stats.add_gauge(
+                "render → write",
+                Box::new(move || (c.len(), c.capacity().unwrap_or(0))),
+            );
+        }
         let p = pool.clone();
         stats.add_gauge(
             "slots in flight",
@@ -258,16 +280,23 @@ pub fn run(
                 Box::new(move || stages::render_stage(ctx, worker, rx, tx, ev)),
             )?;
         }
-        drop((load_rx, done_tx));
-        for i in 0..sizing.writers {
-            let (rx, ev) = (done_rx.clone(), event_tx.clone());
+        // The writers take rendered frames, or loaded ones when they render them themselves.
+        let writer_rx = if render_on_writers {
+            load_rx
+        } else {
+            drop(load_rx);
+            done_rx
+        };
+        drop(done_tx);
+        for (i, renderer) in writer_renderers.into_iter().enumerate() {
+            let (rx, ev) = (writer_rx.clone(), event_tx.clone());
             spawn_named(
                 s,
                 format!("write-{i}"),
-                Box::new(move || stages::write_stage(ctx, rx, ev)),
+                Box::new(move || stages::write_stage(ctx, renderer, rx, ev)),
             )?;
         }
-        drop(done_rx);
+        drop(writer_rx);
         drop(event_tx);
         // Every stage holds a sender clone: the loop ends when the last stage has finished.
         for event in event_rx.iter() {

@@ -328,6 +328,79 @@ fn claim(ctx: &Context, output: &Path) -> Option<PathBuf> {
     }
 }
 
+/// The recorders of the render stages, one set per rendering thread.
+struct RenderRecorders {
+    transfer_in: crate::stats::Recorder,
+    compute: crate::stats::Recorder,
+    transfer_out: crate::stats::Recorder,
+}
+
+impl RenderRecorders {
+    fn new(ctx: &Context) -> Self {
+        RenderRecorders {
+            transfer_in: ctx.stats.recorder(StageId::TransferIn),
+            compute: ctx.stats.recorder(StageId::Compute),
+            transfer_out: ctx.stats.recorder(StageId::TransferOut),
+        }
+    }
+}
+
+/// Renders `job` with `worker` and records its times. On failure the frame is reported, its
+/// slot goes back to the ring, and `None` is returned.
+fn render_job(
+    ctx: &Context,
+    worker: &mut dyn RenderWorker,
+    mut job: Job,
+    rec: &RenderRecorders,
+    events: &Sender<Event>,
+) -> Option<Job> {
+    let start = Instant::now();
+    let result = catch_unwind(AssertUnwindSafe(|| worker.render(&job.plan, &mut job.slot)));
+    let reason = match result {
+        Ok(Ok(outcome)) => {
+            let t = outcome.timings;
+            if !t.transfer_in.is_zero() {
+                rec.transfer_in.record(t.transfer_in);
+            }
+            rec.compute.record(t.compute);
+            if !t.transfer_out.is_zero() {
+                rec.transfer_out.record(t.transfer_out);
+            }
+            if let Some(tr) = &ctx.tracer {
+                // GPU parts as measured by CUDA events, laid end to end in the worker's
+                // wall-clock interval (the CPU backend has compute only).
+                let end = Instant::now();
+                let t_in = (start + t.transfer_in).min(end);
+                let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_in).max(t_in);
+                if !t.transfer_in.is_zero() {
+                    tr.span(StageId::TransferIn, &job.label, start, t_in);
+                }
+                tr.span(StageId::Compute, &job.label, t_in, t_out);
+                if !t.transfer_out.is_zero() {
+                    tr.span(StageId::TransferOut, &job.label, t_out, end);
+                }
+            }
+            job.window = outcome.window;
+            job.device = outcome.device;
+            return Some(job);
+        }
+        Ok(Err(reason)) => reason,
+        Err(_) => panic_reason("rendering"),
+    };
+    let _ = send_failure(
+        ctx,
+        events,
+        Event::FrameFailed {
+            id: job.id,
+            frame: job.frame,
+            stage: Stage::Render,
+            reason,
+        },
+    );
+    ctx.pool.give_back(job.slot);
+    None
+}
+
 pub(crate) fn render_stage(
     ctx: &Context,
     mut worker: Box<dyn RenderWorker>,
@@ -335,61 +408,24 @@ pub(crate) fn render_stage(
     tx: Sender<Job>,
     events: Sender<Event>,
 ) {
-    let rec_in = ctx.stats.recorder(StageId::TransferIn);
-    let rec_compute = ctx.stats.recorder(StageId::Compute);
-    let rec_out = ctx.stats.recorder(StageId::TransferOut);
-    for mut job in rx {
-        let start = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| worker.render(&job.plan, &mut job.slot)));
-        let reason = match result {
-            Ok(Ok(outcome)) => {
-                let t = outcome.timings;
-                if !t.transfer_in.is_zero() {
-                    rec_in.record(t.transfer_in);
-                }
-                rec_compute.record(t.compute);
-                if !t.transfer_out.is_zero() {
-                    rec_out.record(t.transfer_out);
-                }
-                if let Some(tr) = &ctx.tracer {
-                    // GPU parts as measured by CUDA events, laid end to end in the worker's
-                    // wall-clock interval (the CPU backend has compute only).
-                    let end = Instant::now();
-                    let t_in = (start + t.transfer_in).min(end);
-                    let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_in).max(t_in);
-                    if !t.transfer_in.is_zero() {
-                        tr.span(StageId::TransferIn, &job.label, start, t_in);
-                    }
-                    tr.span(StageId::Compute, &job.label, t_in, t_out);
-                    if !t.transfer_out.is_zero() {
-                        tr.span(StageId::TransferOut, &job.label, t_out, end);
-                    }
-                }
-                job.window = outcome.window;
-                job.device = outcome.device;
-                if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
-                    ctx.pool.give_back(job.slot);
-                }
-                continue;
+    let rec = RenderRecorders::new(ctx);
+    for job in rx {
+        if let Some(job) = render_job(ctx, worker.as_mut(), job, &rec, &events) {
+            if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
+                ctx.pool.give_back(job.slot);
             }
-            Ok(Err(reason)) => reason,
-            Err(_) => panic_reason("rendering"),
-        };
-        let _ = send_failure(
-            ctx,
-            &events,
-            Event::FrameFailed {
-                id: job.id,
-                frame: job.frame,
-                stage: Stage::Render,
-                reason,
-            },
-        );
-        ctx.pool.give_back(job.slot);
+        }
     }
 }
 
-pub(crate) fn write_stage(ctx: &Context, rx: Receiver<Job>, events: Sender<Event>) {
+/// Encodes and atomically writes each frame; with a `renderer`, renders it first (the frames
+/// then come straight from the loaders).
+pub(crate) fn write_stage(
+    ctx: &Context,
+    mut renderer: Option<Box<dyn RenderWorker>>,
+    rx: Receiver<Job>,
+    events: Sender<Event>,
+) {
     let s = ctx.settings;
     let mut encoder = ImageEncoder::new(EncodeOptions {
         format: s.format,
@@ -400,7 +436,17 @@ pub(crate) fn write_stage(ctx: &Context, rx: Receiver<Job>, events: Sender<Event
     let rec_encode = ctx.stats.recorder(StageId::Encode);
     let rec_write = ctx.stats.recorder(StageId::Write);
     let rec_latency = ctx.stats.latency_recorder();
+    let rec_render = renderer.as_ref().map(|_| RenderRecorders::new(ctx));
     for job in rx {
+        let job = match (renderer.as_mut(), &rec_render) {
+            (Some(worker), Some(rec)) => {
+                match render_job(ctx, worker.as_mut(), job, rec, &events) {
+                    Some(job) => job,
+                    None => continue,
+                }
+            }
+            _ => job,
+        };
         let Job {
             slot,
             plan,

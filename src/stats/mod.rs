@@ -85,11 +85,13 @@ impl Pool {
         Pool::Writers,
     ];
 
-    /// The pool whose threads run `stage`.
-    pub fn of(stage: StageId) -> Pool {
+    /// The pool whose threads run `stage`; `render_on_writers` when the writers render each
+    /// frame themselves (the CPU backend's default) instead of render workers.
+    pub fn of(stage: StageId, render_on_writers: bool) -> Pool {
         match stage {
             StageId::Scan => Pool::Scan,
             StageId::ReadDecode => Pool::Loaders,
+            StageId::Compute if render_on_writers => Pool::Writers,
             StageId::TransferIn | StageId::Compute | StageId::TransferOut => Pool::RenderWorkers,
             StageId::Encode | StageId::Write => Pool::Writers,
         }
@@ -200,6 +202,7 @@ pub struct Stats {
     gpu: Mutex<Option<GpuFigures>>,
     paused: std::sync::atomic::AtomicBool,
     finished: std::sync::atomic::AtomicBool,
+    render_on_writers: std::sync::atomic::AtomicBool,
 }
 
 /// Errors kept for display.
@@ -218,6 +221,7 @@ impl Default for Stats {
             gpu: Mutex::new(None),
             paused: Default::default(),
             finished: Default::default(),
+            render_on_writers: Default::default(),
         }
     }
 }
@@ -292,6 +296,17 @@ impl Stats {
         self.paused.load(Ordering::Relaxed)
     }
 
+    /// Says that the writer threads render each frame themselves (no render workers), so the
+    /// compute stage counts toward the writers' pool.
+    pub fn set_render_on_writers(&self, yes: bool) {
+        self.render_on_writers.store(yes, Ordering::Relaxed);
+    }
+
+    /// Whether the writer threads render (see [`Stats::set_render_on_writers`]).
+    pub fn render_on_writers(&self) -> bool {
+        self.render_on_writers.load(Ordering::Relaxed)
+    }
+
     /// Marks the run as finished (readers stop ticking).
     pub fn set_finished(&self) {
         self.finished.store(true, Ordering::Relaxed);
@@ -336,7 +351,7 @@ impl Stats {
                 StageSnapshot::from_slot(id.name().to_string(), slot, elapsed)
             })
             .collect();
-        let pools = PoolSnapshot::from_stages(&stages, elapsed);
+        let pools = PoolSnapshot::from_stages(&stages, elapsed, self.render_on_writers());
         let overlap = overlap(&pools, elapsed);
         let latency = StageSnapshot::from_slot("latency".into(), &self.latency, elapsed);
         let gauges = self.gauges();
@@ -350,6 +365,7 @@ impl Stats {
             elapsed,
             stages,
             pools,
+            render_on_writers: self.render_on_writers(),
             overlap,
             latency,
             gauges,
@@ -461,7 +477,11 @@ pub struct PoolSnapshot {
 
 impl PoolSnapshot {
     /// The pools that processed slices, from the per-stage figures (in `StageId::ALL` order).
-    fn from_stages(stages: &[StageSnapshot], elapsed: Duration) -> Vec<PoolSnapshot> {
+    fn from_stages(
+        stages: &[StageSnapshot],
+        elapsed: Duration,
+        render_on_writers: bool,
+    ) -> Vec<PoolSnapshot> {
         let secs = elapsed.as_secs_f64().max(1e-9);
         Pool::ALL
             .iter()
@@ -470,7 +490,9 @@ impl PoolSnapshot {
                     StageId::ALL
                         .iter()
                         .zip(stages)
-                        .filter(move |(id, st)| Pool::of(**id) == pool && st.count > 0)
+                        .filter(move |(id, st)| {
+                            Pool::of(**id, render_on_writers) == pool && st.count > 0
+                        })
                         .map(|(_, st)| st)
                 };
                 let workers = mine().map(|st| st.workers).max()?;
@@ -522,6 +544,9 @@ pub struct Snapshot {
     pub stages: Vec<StageSnapshot>,
     /// The thread pools (loaders, render workers, writers), merged from their stages.
     pub pools: Vec<PoolSnapshot>,
+    /// The writers render each frame themselves (no render workers; the compute stage is part
+    /// of the writers' pool).
+    pub render_on_writers: bool,
     pub overlap: Option<Overlap>,
     pub latency: StageSnapshot,
     pub gauges: Vec<GaugeSnapshot>,
@@ -640,6 +665,34 @@ mod tests {
             "{}",
             o.ratio
         );
+    }
+
+    #[test]
+    fn compute_joins_the_writers_when_they_render() {
+        for on_writers in [false, true] {
+            let stats = Stats::new();
+            stats.set_render_on_writers(on_writers);
+            let (compute, encode) = (
+                stats.recorder(StageId::Compute),
+                stats.recorder(StageId::Encode),
+            );
+            for _ in 0..10 {
+                compute.record(Duration::from_millis(1));
+                encode.record(Duration::from_millis(3));
+            }
+            let s = stats.snapshot();
+            assert_eq!(s.render_on_writers, on_writers);
+            let busy: Vec<_> = s
+                .pools
+                .iter()
+                .map(|p| (p.pool, (p.busy_s * 1e3).round() as u64))
+                .collect();
+            if on_writers {
+                assert_eq!(busy, [(Pool::Writers, 40)]);
+            } else {
+                assert_eq!(busy, [(Pool::RenderWorkers, 10), (Pool::Writers, 30)]);
+            }
+        }
     }
 
     #[test]

@@ -542,7 +542,10 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         ("copy engines, H2D only", "copies in"),
         ("copy engines, H2D + D2H (no kernel)", "copies"),
     ] {
-        variants.push((label.to_string(), sustained(&ctx, n, total, s, strategy).map_err(e)?));
+        variants.push((
+            label.to_string(),
+            sustained(&ctx, n, total, s, strategy).map_err(e)?,
+        ));
     }
 
     let mut out = String::new();
