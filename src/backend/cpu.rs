@@ -123,6 +123,11 @@ impl CpuRenderer {
         };
         if fresh {
             table::build_gray_table(g, &resolved, map, &mut self.table);
+            if bytes == 2 {
+                // Padded to 2^16 entries for the unchecked-by-construction loop of
+                // `apply_table`; entries past `map.len()` are never indexed.
+                self.table.resize(1 << 16, 0);
+            }
             self.cached = Some((g.clone(), resolved.clone()));
         }
         apply_table(&self.table, map, input, bytes, pixels, out);
@@ -169,8 +174,22 @@ fn apply_table(
             }
         }
         2 => {
-            for (o, c) in out.iter_mut().zip(input[..2 * pixels].chunks_exact(2)) {
-                *o = table[map.index(u16::from_ne_bytes([c[0], c[1]]) as u32)];
+            // With a table of all 2^16 entries, an index truncated to u16 is always in bounds:
+            // the loop carries no bounds check and unrolls (BENCHMARKS.md item 16).
+            let full: Option<&[u8; 1 << 16]> = table.get(..1 << 16).and_then(|t| t.try_into().ok());
+            match full {
+                Some(t) => {
+                    let (shift, mask) = (map.shift, map.mask);
+                    for (o, c) in out.iter_mut().zip(input[..2 * pixels].chunks_exact(2)) {
+                        let raw = u16::from_ne_bytes([c[0], c[1]]) as u32;
+                        *o = t[((raw >> shift) & mask) as u16 as usize];
+                    }
+                }
+                None => {
+                    for (o, c) in out.iter_mut().zip(input[..2 * pixels].chunks_exact(2)) {
+                        *o = table[map.index(u16::from_ne_bytes([c[0], c[1]]) as u32)];
+                    }
+                }
             }
         }
         _ => {
@@ -212,4 +231,59 @@ fn render_gray_direct(
         i += 1;
     });
     Ok(applied_window(&resolved))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::plan::StoredFormat;
+
+    /// The table path (padded to 2^16 entries for 16-bit containers) against the chain
+    /// evaluated per pixel, for stored formats with and without a shift, signed or not, and
+    /// raw values carrying garbage above the high bit.
+    #[test]
+    fn table_lookup_equals_the_chain_per_pixel() {
+        let formats = [
+            (12, 11, false),
+            (12, 13, true),
+            (16, 15, true),
+            (10, 15, false),
+        ];
+        for (bits_stored, high_bit, signed) in formats {
+            for cols in [1u32, 7, 64] {
+                let mut plan = crate::bench::phantom_plan(cols);
+                let Chain::Gray(g) = &mut plan.chain else {
+                    unreachable!("the phantom is grayscale")
+                };
+                g.stored = StoredFormat {
+                    bits_allocated: 16,
+                    bits_stored,
+                    high_bit,
+                    signed,
+                };
+                let g = g.clone();
+                let mut x = 0x9e37_79b9u32;
+                let raw: Vec<u16> = (0..plan.pixels())
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 17;
+                        x ^= x << 5;
+                        x as u16
+                    })
+                    .collect();
+                let input: Vec<u8> = raw.iter().flat_map(|v| v.to_ne_bytes()).collect();
+                let mut out = vec![0u8; plan.output_bytes()];
+                let mut cpu = CpuRenderer::default();
+                // Twice: the second frame reuses the cached (padded) table.
+                for _ in 0..2 {
+                    cpu.render_bytes(&plan, &input, &mut out).unwrap();
+                    let resolved = chain::resolve(&g, None).unwrap();
+                    for (i, &r) in raw.iter().enumerate() {
+                        let want = chain::gray_output(&g, &resolved, g.stored.value(r as u32));
+                        assert_eq!(out[i], want, "{bits_stored}/{high_bit}/{signed} px {i}");
+                    }
+                }
+            }
+        }
+    }
 }
