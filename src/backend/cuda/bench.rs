@@ -596,7 +596,7 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
     for (name, ms) in variants {
         let _ = writeln!(
             out,
-            "  {name:<32} {ms:>8.3} ms/slice  {:>5.2}x bound",
+            "  {name:<36} {ms:>8.3} ms/slice  {:>5.2}x bound",
             ms / bound_ms
         );
     }
