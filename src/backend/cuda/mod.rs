@@ -158,7 +158,7 @@ fn warm_up(device: &Arc<Device>, module: &Module) -> Result<(), driver::CudaErro
 }
 
 /// Maps and faults in slot memory for `hint` (input and output buffer of every slot, within
-/// `budget` bytes). Needs no CUDA context; the regions are registered when slots take them.
+/// `budget` bytes). Needs no CUDA context; the regions are registered once the backend is up.
 fn prefault_slots(hint: SlotHint, budget: u64) -> Vec<MappedRegion> {
     let mut regions = Vec::with_capacity(2 * hint.count);
     let mut total = 0u64;
@@ -326,11 +326,12 @@ impl CudaBackend {
             let backend = CudaBackend::new(settings, reason)?;
             if let Some(handle) = prefault {
                 let regions = handle.join().unwrap_or_default();
-                tracing::info!(
-                    "slot memory faulted in during start-up: {} buffers",
-                    regions.len()
-                );
+                let (count, t) = (regions.len(), std::time::Instant::now());
                 backend.pinned.stock(regions);
+                tracing::info!(
+                    "slot memory faulted in during start-up: {count} buffers, registered in {:.1} ms",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
             }
             Ok(backend)
         })

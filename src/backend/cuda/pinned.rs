@@ -29,7 +29,8 @@ pub struct PinnedAllocator {
     in_use: Arc<AtomicU64>,
     /// Nanoseconds spent page-locking.
     locking_ns: AtomicU64,
-    /// Regions faulted in ahead of time (while CUDA initialized), registered when handed out.
+    /// Regions faulted in ahead of time (while CUDA initialized) and registered before the
+    /// pipeline started, waiting for a slot of their size.
     stock: std::sync::Mutex<Vec<MappedRegion>>,
 }
 
@@ -87,17 +88,34 @@ impl PinnedAllocator {
         self.budget
     }
 
-    /// Keeps `regions` for later allocations of their size (`register` page-locking only).
+    /// Registers `regions` now and keeps them for later allocations of their size (`register`
+    /// page-locking only). Registering takes the driver's lock; done here, before the
+    /// pipeline starts, it no longer stalls the render workers' first launches as it did when
+    /// the loaders registered each slot on its first frame (BENCHMARKS.md, item 17). A region
+    /// that fails to register is dropped; its slot will be allocated the usual way.
     pub fn stock(&self, regions: Vec<MappedRegion>) {
-        if self.how == PageLocking::Register {
-            if let Ok(mut s) = self.stock.lock() {
-                s.extend(regions);
-            }
+        if self.how != PageLocking::Register || regions.is_empty() {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let registered: Vec<MappedRegion> = match self.device.bind() {
+            Ok(()) => regions
+                .into_iter()
+                .filter_map(|mut r| r.register().ok().map(|_| r))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        self.locking_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if let Ok(mut s) = self.stock.lock() {
+            s.extend(registered);
         }
     }
 
-    /// Unmaps stocked regions no slot took (the frames turned out to have other sizes).
+    /// Unregisters and unmaps stocked regions no slot took (the frames turned out to have
+    /// other sizes).
     pub fn clear_stock(&self) {
+        let _ = self.device.bind();
         if let Ok(mut s) = self.stock.lock() {
             s.clear();
         }
@@ -111,8 +129,8 @@ impl PinnedAllocator {
         Some(s.swap_remove(i))
     }
 
-    /// The `register` way: fault in huge-page memory on this thread (or take a region faulted
-    /// in during start-up), then register it.
+    /// The `register` way: take a region registered during start-up, or fault in huge-page
+    /// memory on this thread and register it.
     fn register(&self, len: usize) -> Result<HostBuffer, String> {
         let mut region = match self.take_stocked(len) {
             Some(r) => r,
