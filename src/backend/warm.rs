@@ -58,7 +58,7 @@ impl WarmStart {
         // Render workers for whichever backend ends up rendering: the GPU wants one per stream
         // per device, and the CPU phase at least a quarter of the cores (these workers switch
         // backends, so the writers cannot render themselves as with the plain CPU backend).
-        let devices = visible_gpus().max(1);
+        let devices = super::cuda::visible_gpus().max(1);
         let workers = (settings.streams * devices).max((crate::available_cores() / 4).max(1));
         WarmStart {
             cpu: CpuBackend::new("auto: CUDA still initializing"),
@@ -81,22 +81,6 @@ impl WarmStart {
             let _ = h.join();
         }
     }
-}
-
-/// GPUs the driver exposes, counted from /dev without touching the driver (0 if unknown).
-fn visible_gpus() -> usize {
-    std::fs::read_dir("/dev")
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .filter(|e| {
-                    let n = e.file_name();
-                    let n = n.to_string_lossy();
-                    n.strip_prefix("nvidia")
-                        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-                })
-                .count()
-        })
-        .unwrap_or(0)
 }
 
 impl Backend for WarmStart {

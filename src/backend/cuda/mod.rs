@@ -177,6 +177,32 @@ fn prefault_slots(hint: SlotHint, budget: u64) -> Vec<MappedRegion> {
     regions
 }
 
+/// GPUs this process will see, counted without touching the driver (0 if unknown): the
+/// `/dev/nvidiaN` device nodes, or fewer when `CUDA_VISIBLE_DEVICES` lists fewer.
+pub(crate) fn visible_gpus() -> usize {
+    let nodes = std::fs::read_dir("/dev")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.strip_prefix("nvidia")
+                        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    visible_of(nodes, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref())
+}
+
+/// `nodes` device nodes, limited by a `CUDA_VISIBLE_DEVICES` list when there is one.
+fn visible_of(nodes: usize, cuda_visible_devices: Option<&str>) -> usize {
+    match cuda_visible_devices {
+        Some(list) => nodes.min(list.split(',').filter(|d| !d.trim().is_empty()).count()),
+        None => nodes,
+    }
+}
+
 /// The pinned-memory budget in bytes.
 fn pinned_budget(settings: &Settings) -> u64 {
     if settings.pinned_budget_bytes > 0 {
@@ -300,7 +326,8 @@ impl CudaBackend {
     /// [`CudaBackend::new`], while another thread finds the first DICOM file under `inputs`
     /// and faults in slot memory for its frame size, so that the first frames do not wait for
     /// it (`register` page-locking, transfers that use pinned slots; the ring has `streams` ×
-    /// GPUs render workers, all GPUs counting as one until the driver says how many there are).
+    /// GPUs render workers, the GPUs of `gpus = "all"` counted from their device nodes before
+    /// the driver can say).
     pub fn new_prepared(
         settings: &Settings,
         reason: &str,
@@ -312,7 +339,7 @@ impl CudaBackend {
             && driver::libraries().is_ok();
         let workers = settings.streams
             * match &settings.gpus {
-                GpuSelection::All => 1,
+                GpuSelection::All => visible_gpus().max(1),
                 GpuSelection::List(l) => l.len().max(1),
             };
         std::thread::scope(|s| {
@@ -420,5 +447,20 @@ impl Backend for CudaBackend {
             self.allocator.kind(),
             self.allocator.allocation_time().as_secs_f64() * 1e3
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::visible_of;
+
+    #[test]
+    fn visible_gpus_respect_cuda_visible_devices() {
+        assert_eq!(visible_of(2, None), 2);
+        assert_eq!(visible_of(2, Some("1")), 1);
+        assert_eq!(visible_of(2, Some("0,1")), 2);
+        assert_eq!(visible_of(1, Some("0,1,2")), 1);
+        assert_eq!(visible_of(2, Some("")), 0);
+        assert_eq!(visible_of(0, None), 0);
     }
 }
