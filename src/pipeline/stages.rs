@@ -422,7 +422,7 @@ pub(crate) fn render_stage(
 /// then come straight from the loaders).
 pub(crate) fn write_stage(
     ctx: &Context,
-    mut renderer: Option<Box<dyn RenderWorker>>,
+    renderer: Option<Box<dyn RenderWorker>>,
     rx: Receiver<Job>,
     events: Sender<Event>,
 ) {
@@ -436,16 +436,14 @@ pub(crate) fn write_stage(
     let rec_encode = ctx.stats.recorder(StageId::Encode);
     let rec_write = ctx.stats.recorder(StageId::Write);
     let rec_latency = ctx.stats.latency_recorder();
-    let rec_render = renderer.as_ref().map(|_| RenderRecorders::new(ctx));
+    let mut renderer = renderer.map(|worker| (worker, RenderRecorders::new(ctx)));
     for job in rx {
-        let job = match (renderer.as_mut(), &rec_render) {
-            (Some(worker), Some(rec)) => {
-                match render_job(ctx, worker.as_mut(), job, rec, &events) {
-                    Some(job) => job,
-                    None => continue,
-                }
-            }
-            _ => job,
+        let job = match renderer.as_mut() {
+            Some((worker, rec)) => match render_job(ctx, worker.as_mut(), job, rec, &events) {
+                Some(job) => job,
+                None => continue,
+            },
+            None => job,
         };
         let Job {
             slot,
