@@ -59,7 +59,7 @@ def main():
 
     def run(label, size, inbytes, cmd, shell=False, report=None, repeat=1):
         best = None
-        for _ in range(repeat):
+        for attempt in range(repeat):
             time.sleep(a.pause)
             dst = os.path.join(work, "out")
             shutil.rmtree(dst, ignore_errors=True)
@@ -98,7 +98,8 @@ def main():
                 # Process start to backend ready (the GPU's fixed cost), from the report.
                 if r.get("process"):
                     start = r["process"]["backend_ready_s"]
-                shutil.move(report, os.path.join(out, f"report-{size}-{label.replace(' ', '_')}.json"))
+                # Every run's report is kept (run 1, 2, ...); the table shows the best run's figures.
+                shutil.move(report, os.path.join(out, f"report-{size}-{label.replace(' ', '_')}-{attempt + 1}.json"))
             res = dict(label=shown, size=size, sps=outs / secs, mbs=inbytes / secs / 1e6, p50=lat[0], p95=lat[1],
                        overlap=overlap, start=start,
                        rss=rss // 1024, out_mb=outbytes / 1e6, secs=secs, outputs=outs)
