@@ -324,6 +324,22 @@ fn bad(
     ))
 }
 
+/// The value named `v` among `choices` (name, value; aliases allowed); `why` lists the names
+/// in the error.
+fn one_of<T: Copy>(
+    origin: &Origin,
+    key: &str,
+    v: &str,
+    choices: &[(&str, T)],
+    why: &str,
+) -> Result<T, FatalError> {
+    choices
+        .iter()
+        .find(|(name, _)| *name == v)
+        .map(|&(_, value)| value)
+        .ok_or_else(|| bad(origin, key, v, why))
+}
+
 fn count(origin: &Origin, key: &str, v: i64, min: i64, max: i64) -> Result<usize, FatalError> {
     if v < min || v > max {
         return Err(bad(
@@ -379,53 +395,49 @@ impl Settings {
             self.output_dir = v.clone();
         }
         if let Some(v) = &o.format {
-            self.format = match v.as_str() {
-                "png" => OutputFormat::Png,
-                "jpeg" | "jpg" => OutputFormat::Jpeg,
-                "tiff" | "tif" => OutputFormat::Tiff,
-                "bmp" => OutputFormat::Bmp,
-                _ => {
-                    return Err(bad(
-                        origin,
-                        "output.format",
-                        v,
-                        "use png, jpeg, tiff or bmp",
-                    ))
-                }
-            };
+            self.format = one_of(
+                origin,
+                "output.format",
+                v,
+                &[
+                    ("png", OutputFormat::Png),
+                    ("jpeg", OutputFormat::Jpeg),
+                    ("jpg", OutputFormat::Jpeg),
+                    ("tiff", OutputFormat::Tiff),
+                    ("tif", OutputFormat::Tiff),
+                    ("bmp", OutputFormat::Bmp),
+                ],
+                "use png, jpeg, tiff or bmp",
+            )?;
         }
         if let Some(v) = &o.png_compression {
-            self.png_compression = match v.as_str() {
-                "none" => PngCompression::None,
-                "fast" => PngCompression::Fast,
-                "balanced" => PngCompression::Balanced,
-                "best" => PngCompression::Best,
-                _ => {
-                    return Err(bad(
-                        origin,
-                        "output.png_compression",
-                        v,
-                        "use none, fast, balanced or best",
-                    ))
-                }
-            };
+            self.png_compression = one_of(
+                origin,
+                "output.png_compression",
+                v,
+                &[
+                    ("none", PngCompression::None),
+                    ("fast", PngCompression::Fast),
+                    ("balanced", PngCompression::Balanced),
+                    ("best", PngCompression::Best),
+                ],
+                "use none, fast, balanced or best",
+            )?;
         }
         if let Some(v) = &o.png_filter {
-            self.png_filter = match v.as_str() {
-                "none" => PngFilter::None,
-                "sub" => PngFilter::Sub,
-                "up" => PngFilter::Up,
-                "paeth" => PngFilter::Paeth,
-                "adaptive" => PngFilter::Adaptive,
-                _ => {
-                    return Err(bad(
-                        origin,
-                        "output.png_filter",
-                        v,
-                        "use none, sub, up, paeth or adaptive",
-                    ))
-                }
-            };
+            self.png_filter = one_of(
+                origin,
+                "output.png_filter",
+                v,
+                &[
+                    ("none", PngFilter::None),
+                    ("sub", PngFilter::Sub),
+                    ("up", PngFilter::Up),
+                    ("paeth", PngFilter::Paeth),
+                    ("adaptive", PngFilter::Adaptive),
+                ],
+                "use none, sub, up, paeth or adaptive",
+            )?;
         }
         if let Some(v) = o.jpeg_quality {
             self.jpeg_quality = count(origin, "output.jpeg_quality", v, 1, 100)? as u8;
@@ -482,28 +494,31 @@ impl Settings {
 
         let g = &raw.gpu;
         if let Some(v) = &g.backend {
-            self.backend = match v.as_str() {
-                "auto" => BackendChoice::Auto,
-                "cuda" => BackendChoice::Cuda,
-                "cpu" => BackendChoice::Cpu,
-                _ => return Err(bad(origin, "gpu.backend", v, "use auto, cuda or cpu")),
-            };
+            self.backend = one_of(
+                origin,
+                "gpu.backend",
+                v,
+                &[
+                    ("auto", BackendChoice::Auto),
+                    ("cuda", BackendChoice::Cuda),
+                    ("cpu", BackendChoice::Cpu),
+                ],
+                "use auto, cuda or cpu",
+            )?;
         }
         if let Some(v) = &g.transfer {
-            self.transfer = match v.as_str() {
-                "auto" => Transfer::Auto,
-                "zero-copy" => Transfer::ZeroCopy,
-                "pinned" => Transfer::Pinned,
-                "pageable" => Transfer::Pageable,
-                _ => {
-                    return Err(bad(
-                        origin,
-                        "gpu.transfer",
-                        v,
-                        "use auto, zero-copy, pinned or pageable",
-                    ))
-                }
-            };
+            self.transfer = one_of(
+                origin,
+                "gpu.transfer",
+                v,
+                &[
+                    ("auto", Transfer::Auto),
+                    ("zero-copy", Transfer::ZeroCopy),
+                    ("pinned", Transfer::Pinned),
+                    ("pageable", Transfer::Pageable),
+                ],
+                "use auto, zero-copy, pinned or pageable",
+            )?;
         }
         if let Some(v) = &g.gpus {
             self.gpus = match v {
@@ -534,18 +549,16 @@ impl Settings {
                 count(origin, "gpu.pinned_budget_mib", v, 0, 1 << 24)? as u64 * (1 << 20);
         }
         if let Some(v) = &g.page_locking {
-            self.page_locking = match v.as_str() {
-                "register" => PageLocking::Register,
-                "host-alloc" => PageLocking::HostAlloc,
-                _ => {
-                    return Err(bad(
-                        origin,
-                        "gpu.page_locking",
-                        v,
-                        "use register or host-alloc",
-                    ))
-                }
-            };
+            self.page_locking = one_of(
+                origin,
+                "gpu.page_locking",
+                v,
+                &[
+                    ("register", PageLocking::Register),
+                    ("host-alloc", PageLocking::HostAlloc),
+                ],
+                "use register or host-alloc",
+            )?;
         }
         if let Some(v) = &g.auto_min_input_mib {
             self.auto_min_input_bytes = match v {
@@ -573,12 +586,17 @@ impl Settings {
 
         let d = &raw.dashboard;
         if let Some(v) = &d.tui {
-            self.tui = match v.as_str() {
-                "auto" => TuiMode::Auto,
-                "on" => TuiMode::On,
-                "off" => TuiMode::Off,
-                _ => return Err(bad(origin, "dashboard.tui", v, "use auto, on or off")),
-            };
+            self.tui = one_of(
+                origin,
+                "dashboard.tui",
+                v,
+                &[
+                    ("auto", TuiMode::Auto),
+                    ("on", TuiMode::On),
+                    ("off", TuiMode::Off),
+                ],
+                "use auto, on or off",
+            )?;
         }
         if let Some(v) = d.tick_ms {
             self.tick_ms = count(origin, "dashboard.tick_ms", v, 10, 10_000)? as u64;
