@@ -53,8 +53,14 @@ impl Sizing {
         } else {
             default_workers
         };
+        // Writers that render take one core each. With render workers (a GPU backend, whose
+        // workers spin while their kernels run), the writers leave the loaders their cores:
+        // more writers than that only wait runnable, and their frames with them
+        // (BENCHMARKS.md, optimization log items 20 and 22).
         let writers = if settings.writers > 0 {
             settings.writers
+        } else if workers > 0 {
+            cores.saturating_sub(loaders).max(1)
         } else {
             cores.max(1)
         };
@@ -320,6 +326,30 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writers_leave_the_loaders_their_cores_when_render_workers_exist() {
+        let cores = crate::available_cores();
+        let settings = Settings {
+            loaders: 1,
+            ..Settings::default()
+        };
+        // The CPU backend's writers render: one per core.
+        let z = Sizing::with_workers(&settings, 0);
+        assert_eq!((z.workers, z.writers), (0, cores.max(1)));
+        // GPU render workers: the writers take the cores the loader leaves.
+        let z = Sizing::with_workers(&settings, 4);
+        assert_eq!((z.workers, z.writers), (4, cores.saturating_sub(1).max(1)));
+        // An explicit count is taken as it is.
+        let z = Sizing::with_workers(
+            &Settings {
+                writers: 7,
+                ..settings.clone()
+            },
+            4,
+        );
+        assert_eq!(z.writers, 7);
+    }
 
     #[test]
     fn slot_hint_sizes_slots_for_the_first_dicom_file() {
