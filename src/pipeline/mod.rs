@@ -53,16 +53,19 @@ impl Sizing {
         } else {
             default_workers
         };
-        // Writers that render take one core each. With render workers (a GPU backend, whose
-        // workers spin while their kernels run), the writers leave the loaders their cores:
-        // more writers than that only wait runnable, and their frames with them
-        // (BENCHMARKS.md, optimization log items 20 and 22).
+        // The writers leave the loaders the cores they use: all of them beside render workers
+        // (a GPU backend's workers spin on cores while their kernels run), half of them when
+        // the writers render (the CPU backend's loaders are about half busy). More writers
+        // than cores left only wait runnable, and their frames with them: on the 16-core H200
+        // host 12 GPU writers instead of 16, and 14 CPU writers, kept the throughput within
+        // ±3 % and brought the pool overlap from 1.24–1.45 to 1.10–1.20 at 512²
+        // (BENCHMARKS.md, optimization log item 21). On 2 cores: 1 loader, 2 writers.
         let writers = if settings.writers > 0 {
             settings.writers
         } else if workers > 0 {
             cores.saturating_sub(loaders).max(1)
         } else {
-            cores.max(1)
+            cores.saturating_sub(loaders / 2).max(1)
         };
         // One slot per busy thread, two per render worker (double buffering per stream), and a
         // little slack: more only lengthens queues, and so latency, without adding throughput.
@@ -328,15 +331,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writers_leave_the_loaders_their_cores_when_render_workers_exist() {
+    fn writers_leave_the_loaders_their_cores() {
         let cores = crate::available_cores();
         let settings = Settings {
             loaders: 1,
             ..Settings::default()
         };
-        // The CPU backend's writers render: one per core.
+        // The CPU backend's writers render: one per core, as one loader is half a core.
         let z = Sizing::with_workers(&settings, 0);
         assert_eq!((z.workers, z.writers), (0, cores.max(1)));
+        let four = Settings {
+            loaders: 4,
+            ..Settings::default()
+        };
+        let z = Sizing::with_workers(&four, 0);
+        assert_eq!(z.writers, cores.saturating_sub(2).max(1));
         // GPU render workers: the writers take the cores the loader leaves.
         let z = Sizing::with_workers(&settings, 4);
         assert_eq!((z.workers, z.writers), (4, cores.saturating_sub(1).max(1)));
