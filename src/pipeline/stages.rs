@@ -426,22 +426,50 @@ pub(crate) fn write_stage(
     rx: Receiver<Job>,
     events: Sender<Event>,
 ) {
+    let mut writer = Writer::new(ctx, renderer);
+    for job in rx {
+        writer.finish(ctx, job, &events);
+    }
+}
+
+/// What a thread needs to take a frame from its slot to its output file: the encoder, the
+/// recorders, and a renderer when the frames arrive unrendered.
+struct Writer {
+    encoder: ImageEncoder,
+    renderer: Option<(Box<dyn RenderWorker>, RenderRecorders)>,
+    rec_encode: crate::stats::Recorder,
+    rec_write: crate::stats::Recorder,
+    rec_latency: crate::stats::Recorder,
+}
+
+fn new_encoder(ctx: &Context) -> ImageEncoder {
     let s = ctx.settings;
-    let mut encoder = ImageEncoder::new(EncodeOptions {
+    ImageEncoder::new(EncodeOptions {
         format: s.format,
         png_compression: s.png_compression,
         png_filter: s.png_filter,
         jpeg_quality: s.jpeg_quality,
-    });
-    let rec_encode = ctx.stats.recorder(StageId::Encode);
-    let rec_write = ctx.stats.recorder(StageId::Write);
-    let rec_latency = ctx.stats.latency_recorder();
-    let mut renderer = renderer.map(|worker| (worker, RenderRecorders::new(ctx)));
-    for job in rx {
-        let job = match renderer.as_mut() {
-            Some((worker, rec)) => match render_job(ctx, worker.as_mut(), job, rec, &events) {
+    })
+}
+
+impl Writer {
+    fn new(ctx: &Context, renderer: Option<Box<dyn RenderWorker>>) -> Writer {
+        Writer {
+            encoder: new_encoder(ctx),
+            renderer: renderer.map(|worker| (worker, RenderRecorders::new(ctx))),
+            rec_encode: ctx.stats.recorder(StageId::Encode),
+            rec_write: ctx.stats.recorder(StageId::Write),
+            rec_latency: ctx.stats.latency_recorder(),
+        }
+    }
+
+    /// Renders `job` when this writer renders, encodes it, gives its slot back and writes the
+    /// output atomically; reports the frame done or failed.
+    fn finish(&mut self, ctx: &Context, job: Job, events: &Sender<Event>) {
+        let job = match self.renderer.as_mut() {
+            Some((worker, rec)) => match render_job(ctx, worker.as_mut(), job, rec, events) {
                 Some(job) => job,
-                None => continue,
+                None => return,
             },
             None => job,
         };
@@ -458,6 +486,7 @@ pub(crate) fn write_stage(
         } = job;
         let t0 = Instant::now();
         let pixels = slot.output.bytes(plan.output_bytes());
+        let encoder = &mut self.encoder;
         let encoded = catch_unwind(AssertUnwindSafe(|| {
             encoder
                 .encode(plan.cols, plan.rows, plan.channels(), pixels)
@@ -468,7 +497,7 @@ pub(crate) fn write_stage(
         let fail = |stage: Stage, reason: String| {
             let _ = send_failure(
                 ctx,
-                &events,
+                events,
                 Event::FrameFailed {
                     id,
                     frame,
@@ -481,29 +510,24 @@ pub(crate) fn write_stage(
             Ok(Ok(_)) => {}
             Ok(Err(reason)) => {
                 fail(Stage::Encode, reason);
-                continue;
+                return;
             }
             Err(_) => {
-                encoder = ImageEncoder::new(EncodeOptions {
-                    format: s.format,
-                    png_compression: s.png_compression,
-                    png_filter: s.png_filter,
-                    jpeg_quality: s.jpeg_quality,
-                });
+                self.encoder = new_encoder(ctx);
                 fail(Stage::Encode, panic_reason("encoding"));
-                continue;
+                return;
             }
         }
         let t1 = Instant::now();
-        rec_encode.record(t1 - t0);
-        let bytes = encoder.last();
+        self.rec_encode.record(t1 - t0);
+        let bytes = self.encoder.last();
         if let Err(e) = atomic::write_atomic(&output, bytes) {
             fail(Stage::Write, format!("{}: {e}", output.display()));
-            continue;
+            return;
         }
         let t2 = Instant::now();
-        rec_write.record(t2 - t1);
-        rec_latency.record(t2 - started);
+        self.rec_write.record(t2 - t1);
+        self.rec_latency.record(t2 - started);
         if let Some(tr) = &ctx.tracer {
             tr.span(StageId::Encode, &label, t0, t1);
             tr.span(StageId::Write, &label, t1, t2);
