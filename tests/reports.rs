@@ -294,9 +294,18 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
         assert!(s["tid"].is_number());
     }
     for stage in ["read+decode", "compute", "encode", "write"] {
-        let n = spans.iter().filter(|s| s["cat"] == stage).count();
+        // One span per frame; read+decode also has one per file for its header.
+        let n = spans
+            .iter()
+            .filter(|s| s["cat"] == stage && !s["name"].as_str().unwrap().ends_with(" header"))
+            .count();
         assert_eq!(n, 6, "spans for {stage}");
     }
+    let headers = spans
+        .iter()
+        .filter(|s| s["cat"] == "read+decode" && s["name"].as_str().unwrap().ends_with(" header"))
+        .count();
+    assert!(headers >= 1, "header spans: {headers}");
     // The scan looks at every file, images or not.
     assert_eq!(
         spans.iter().filter(|s| s["cat"] == "scan").count(),

@@ -293,8 +293,18 @@ fn load_file(
             .fetch_add(frame_bytes as u64, Ordering::Relaxed);
         let label = match &ctx.tracer {
             Some(t) => {
+                // The header parse and the frame's read, not the wait for a free slot between
+                // them (the stage's figures leave that wait out too).
+                if f == 0 {
+                    t.span(
+                        StageId::ReadDecode,
+                        &format!("{} header", c.rel.display()),
+                        t0,
+                        opened,
+                    );
+                }
                 let label = format!("{}#{}", c.rel.display(), frame + 1);
-                t.span(StageId::ReadDecode, &label, started, end);
+                t.span(StageId::ReadDecode, &label, t_read, end);
                 label
             }
             None => String::new(),
