@@ -10,7 +10,8 @@ Usage:
               --config 'LABEL=ARGS' [--config ...]
 
 ARGS are `dicomflow run` arguments, shell-quoted; leading NAME=VALUE words are set in the
-environment of that run only. Every run writes WORK/o (removed first) and a report; one row is
+environment of that run only, and a leading @PATH word runs the binary at PATH instead of
+DICOMFLOW (to compare two builds). Every run writes WORK/o (removed first) and a report; one row is
 printed per run, then the medians per size and configuration: wall s (whole command), pipeline s
 (the report's elapsed), overlap (the report's pool figure), the busiest pool and how busy, and
 p50/p95 latency.
@@ -18,14 +19,18 @@ p50/p95 latency.
 import argparse, json, os, shlex, shutil, statistics, subprocess, sys, time
 
 
-def parse_config(spec):
+def parse_config(spec, default_binary):
     label, _, args = spec.partition("=")
     words = shlex.split(args)
-    env = {}
-    while words and "=" in words[0] and not words[0].startswith("-"):
-        k, _, v = words.pop(0).partition("=")
-        env[k] = v
-    return label, env, words
+    env, binary = {}, default_binary
+    while words and (words[0].startswith("@") or ("=" in words[0] and not words[0].startswith("-"))):
+        w = words.pop(0)
+        if w.startswith("@"):
+            binary = w[1:]
+        else:
+            k, _, v = w.partition("=")
+            env[k] = v
+    return label, env, binary, words
 
 
 def main():
@@ -37,7 +42,7 @@ def main():
     ap.add_argument("--config", action="append", required=True)
     ap.add_argument("--pause", type=float, default=0.5, help="seconds between runs")
     a = ap.parse_args()
-    configs = [parse_config(c) for c in a.config]
+    configs = [parse_config(c, a.dicomflow) for c in a.config]
     os.makedirs(a.work, exist_ok=True)
     series = []
     for item in a.sizes.split(","):
@@ -54,16 +59,16 @@ def main():
           f"{'busiest':<18} {'p50':>5} {'p95':>5}", flush=True)
     for size, n, d in series:
         # One throw-away run per series: the first process after synth pays for cold caches.
-        subprocess.run([a.dicomflow, "-q", "run", d, "-o", out] + configs[0][2], check=False,
+        subprocess.run([configs[0][2], "-q", "run", d, "-o", out] + configs[0][3], check=False,
                        env={**os.environ, **configs[0][1]})
         for _ in range(a.rounds):
-            for label, env, args in configs:
+            for label, env, binary, args in configs:
                 shutil.rmtree(out, ignore_errors=True)
                 if os.path.exists(report):
                     os.remove(report)
                 time.sleep(a.pause)
                 t0 = time.perf_counter()
-                p = subprocess.run([a.dicomflow, "-q", "run", d, "-o", out, "--report", report]
+                p = subprocess.run([binary, "-q", "run", d, "-o", out, "--report", report]
                                    + args, env={**os.environ, **env})
                 wall = time.perf_counter() - t0
                 if p.returncode != 0 or not os.path.exists(report):
