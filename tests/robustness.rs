@@ -22,9 +22,28 @@ struct Outcome {
     code: Option<i32>,
     stderr: String,
     elapsed: Duration,
+    /// The child's peak resident memory (wait4's `ru_maxrss`).
+    max_rss_bytes: u64,
+}
+
+/// Reaps `child` without blocking: its exit code (`None` when killed by a signal) and peak
+/// resident memory, or `None` while it runs. (`Child::try_wait` cannot return the rusage.)
+fn try_reap(child: &std::process::Child) -> Option<(Option<i32>, u64)> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: plain syscall on our own child's pid, with valid out pointers.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, libc::WNOHANG, &mut usage) };
+    if pid <= 0 {
+        return None;
+    }
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    Some((code, usage.ru_maxrss as u64 * 1024))
 }
 
 /// Runs the binary, killing it (and failing the test) when it takes longer than `limit`.
+// The child is reaped by `try_reap` (wait4, for its rusage), which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 fn run_with_limit(args: &[&std::ffi::OsStr], limit: Duration) -> Outcome {
     let started = Instant::now();
     let mut child = Command::new(bin())
@@ -42,9 +61,9 @@ fn run_with_limit(args: &[&std::ffi::OsStr], limit: Duration) -> Outcome {
         let _ = pipe.read_to_string(&mut s);
         s
     });
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
+    let (code, max_rss_bytes) = loop {
+        if let Some(reaped) = try_reap(&child) {
+            break reaped;
         }
         if started.elapsed() > limit {
             let _ = child.kill();
@@ -58,9 +77,10 @@ fn run_with_limit(args: &[&std::ffi::OsStr], limit: Duration) -> Outcome {
         std::thread::sleep(Duration::from_millis(20));
     };
     Outcome {
-        code: status.code(),
+        code,
         stderr: reader.join().unwrap(),
         elapsed: started.elapsed(),
+        max_rss_bytes,
     }
 }
 
@@ -227,6 +247,12 @@ fn hostile_files_are_reported_and_good_frames_are_rendered() {
         RUN_LIMIT,
     );
     assert_no_panic_text(&run.stderr);
+    // Bombs and absurd lengths are refused before anything is allocated for them.
+    assert!(
+        run.max_rss_bytes < 512 << 20,
+        "peak RSS {} MiB on the hostile corpus",
+        run.max_rss_bytes >> 20
+    );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&report_path).expect("report written"))
             .expect("report is JSON");
@@ -457,6 +483,13 @@ fn fuzz_findings_fail_cleanly() {
     );
     assert_no_panic_text(&run.stderr);
     assert!(matches!(run.code, Some(0 | 1)), "stderr:\n{}", run.stderr);
+    // Several findings made dicom-rs allocate 2–4 GiB for a declared length; memory stays
+    // bounded now (the run needs a few MB).
+    assert!(
+        run.max_rss_bytes < 512 << 20,
+        "peak RSS {} MiB on the fuzz findings",
+        run.max_rss_bytes >> 20
+    );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
     let files = walk(&regressions);

@@ -208,7 +208,7 @@ pub fn check_structure(path: &Path, kind: &Probe) -> Result<(), String> {
             }
         }
     };
-    let ts = ts.trim_end_matches(['\0', ' ']);
+    let ts = trim_uid(&ts);
     if let Some(adapter) = deflate_adapter(ts) {
         return check_deflated(path, src.pos, adapter);
     }
@@ -218,6 +218,14 @@ pub fn check_structure(path: &Path, kind: &Probe) -> Result<(), String> {
         _ => (true, false),
     };
     check_dataset(&mut src, explicit, be)
+}
+
+/// A transfer syntax UID as dicom-rs reads it: trailing whitespace of any kind and NULs go
+/// (`FileMetaTable::transfer_syntax`). Trimming less, a UID padded with a newline would be
+/// checked as explicit VR while dicom-rs parses it as the implicit VR syntax it names (a fuzz
+/// finding: a 4 GiB value length the check then never saw).
+fn trim_uid(ts: &str) -> &str {
+    ts.trim_end_matches(|c: char| c.is_whitespace() || c == '\0')
 }
 
 /// The adapter dicom-rs inflates a deflated data set with (`None`: not deflated).
@@ -991,6 +999,13 @@ mod tests {
         assert_eq!(check_bytes(&nested(MAX_SEQUENCE_DEPTH)), Ok(()));
         let e = check_bytes(&nested(MAX_SEQUENCE_DEPTH + 1)).unwrap_err();
         assert!(e.contains("nested"), "{e}");
+    }
+
+    #[test]
+    fn transfer_syntax_uids_are_trimmed_as_dicom_rs_trims_them() {
+        assert_eq!(trim_uid("1.2.840.10008.1.2\0\0\0\n\0"), IMPLICIT_VR_LE);
+        assert_eq!(trim_uid("1.2.840.10008.1.2 \t\r"), IMPLICIT_VR_LE);
+        assert_eq!(trim_uid("1.2.840.10008.1.2.1\0"), "1.2.840.10008.1.2.1");
     }
 
     #[test]
