@@ -1,7 +1,7 @@
 //! `--trace FILE.json`: a Chrome trace-event timeline (opens in Perfetto or chrome://tracing)
 //! with one track per thread (or GPU stream) and one span per slice per stage (and per file for
-//! its header, in read+decode), so the overlap of I/O and compute can be seen. Queue depths and slot occupancy sampled by the display
-//! thread appear as counter tracks (`ph: "C"`).
+//! its header, in read+decode), so the overlap of I/O and compute can be seen. Queue depths and
+//! slot occupancy sampled by the display thread appear as counter tracks (`ph: "C"`).
 
 use std::collections::HashMap;
 use std::io::Write;
