@@ -338,7 +338,7 @@ mod tests {
             loaders: 1,
             ..Settings::default()
         };
-        // The CPU backend's writers render: one per core, as one loader is half a core.
+        // The CPU backend's writers render: one per core with one loader (1 / 2 = 0 cores).
         let z = Sizing::with_workers(&settings, 0);
         assert_eq!((z.workers, z.writers), (0, cores.max(1)));
         let four = Settings {
