@@ -86,7 +86,7 @@ pub fn select_backend_for(
                     Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
                 }
                 // The driver is there: initialize it in the background while the CPU starts.
-                None => Ok(Arc::new(backend::warm::WarmStart::start(settings, inputs))),
+                None => Ok(Arc::new(backend::warm::WarmStart::start(settings))),
             },
             Err(why) => {
                 tracing::info!("CUDA not usable ({why}); using the CPU backend");

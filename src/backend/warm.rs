@@ -30,22 +30,17 @@ pub struct WarmStart {
 }
 
 impl WarmStart {
-    /// Starts CUDA initialization in the background and returns at once. As with an explicit
-    /// CUDA backend, the slot memory for the first of `inputs`' frames is faulted in beside the
-    /// driver's start and registered before the render workers switch: otherwise every loader
-    /// would replace its heap slots with page-locked ones at the moment of the switch.
-    pub fn start(settings: &Settings, inputs: &[std::path::PathBuf]) -> WarmStart {
+    /// Starts CUDA initialization in the background and returns at once.
+    pub fn start(settings: &Settings) -> WarmStart {
         let cuda: Ready = Arc::new(OnceLock::new());
         let stats: Arc<OnceLock<Arc<Stats>>> = Arc::new(OnceLock::new());
         let init = {
             let (cuda, stats, settings) = (cuda.clone(), stats.clone(), settings.clone());
-            let inputs = inputs.to_vec();
             std::thread::Builder::new()
                 .name("cuda-init".into())
                 .spawn(move || {
                     let result =
-                        CudaBackend::new_prepared(&settings, "auto: CUDA device found", &inputs)
-                            .map(Arc::new);
+                        CudaBackend::new(&settings, "auto: CUDA device found").map(Arc::new);
                     if let (Ok(b), Some(s)) = (&result, stats.get()) {
                         b.attach_stats(s.clone());
                         s.set_backend(format!("cuda ({})", b.info().transfer));
