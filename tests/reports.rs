@@ -130,6 +130,15 @@ fn validate(root: &Value, schema: &Value, v: &Value, at: &str, errors: &mut Vec<
     }
 }
 
+/// The string `key` of every object in the JSON array `list`.
+fn field_of_each<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v[key].as_str().unwrap())
+        .collect()
+}
+
 fn schema() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/report-schema.json");
     let s: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -217,12 +226,7 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
         (status("ok"), status("skipped"), status("failed")),
         (6, 1, 1)
     );
-    let stages: Vec<_> = doc["statistics"]["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let stages = field_of_each(&doc["statistics"]["stages"], "name");
     assert_eq!(
         stages,
         [
@@ -246,12 +250,7 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
     let elapsed = doc["statistics"]["elapsed"].as_f64().unwrap();
     assert!(elapsed <= t("pipeline_done_s") - t("backend_ready_s") + 0.01);
     // One pool per thread kind that processed slices, and the overlap names the busiest.
-    let pools: Vec<_> = doc["statistics"]["pools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pool"].as_str().unwrap())
-        .collect();
+    let pools = field_of_each(&doc["statistics"]["pools"], "pool");
     assert!(
         pools.contains(&"loaders") && pools.contains(&"writers"),
         "{pools:?}"
