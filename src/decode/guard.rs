@@ -224,7 +224,7 @@ pub fn check_structure(path: &Path, kind: &Probe) -> Result<(), String> {
 /// (`FileMetaTable::transfer_syntax`). Trimming less, a UID padded with a newline would be
 /// checked as explicit VR while dicom-rs parses it as the implicit VR syntax it names (a fuzz
 /// finding: a 4 GiB value length the check then never saw).
-fn trim_uid(ts: &str) -> &str {
+pub(crate) fn trim_uid(ts: &str) -> &str {
     ts.trim_end_matches(|c: char| c.is_whitespace() || c == '\0')
 }
 

@@ -309,7 +309,7 @@ impl ImageInfo {
             .map(|v| [v[0], v[1], v[2]]);
 
         Ok(ImageInfo {
-            transfer_syntax: transfer_syntax.trim_end_matches('\0').trim().to_string(),
+            transfer_syntax: super::guard::trim_uid(transfer_syntax).to_string(),
             rows,
             cols,
             frames,

@@ -102,20 +102,14 @@ impl ImageFile {
                     .read_until(tags::PIXEL_DATA)
                     .open_file(path)
                     .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
-                let sop = obj
-                    .meta()
-                    .media_storage_sop_class_uid()
-                    .trim_end_matches('\0');
+                // The meta table's getters already trim UIDs (trailing NULs and whitespace).
+                let sop = obj.meta().media_storage_sop_class_uid();
                 if sop == uids::MEDIA_STORAGE_DIRECTORY_STORAGE {
                     return Err(DecodeError::Skip(
                         "DICOMDIR (media storage directory), not an image".into(),
                     ));
                 }
-                let ts = obj
-                    .meta()
-                    .transfer_syntax()
-                    .trim_end_matches('\0')
-                    .to_string();
+                let ts = obj.meta().transfer_syntax().to_string();
                 (HeaderObject::File(Box::new(obj)), ts, false)
             }
             Probe::BareDataset { transfer_syntax } => {
@@ -232,11 +226,7 @@ impl ImageFile {
                 native::to_native_order(dst, bits, *big_endian);
             }
             PixelSource::Object(obj) => {
-                let ts_uid = obj
-                    .meta()
-                    .transfer_syntax()
-                    .trim_end_matches('\0')
-                    .to_string();
+                let ts_uid = obj.meta().transfer_syntax().to_string();
                 if let Some(codec) = OwnCodec::of(&ts_uid) {
                     return decode_own(codec, obj, &self.info, frame, dst, scratch);
                 }
