@@ -7,6 +7,7 @@ use std::io::Cursor;
 use image::ImageEncoder as _;
 
 use crate::config::{OutputFormat, PngCompression, PngFilter};
+use crate::output::png::{filter_rows, PngWriter};
 
 /// Encoding settings.
 #[derive(Debug, Clone, Copy)]
@@ -21,6 +22,9 @@ pub struct EncodeOptions {
 pub struct ImageEncoder {
     opts: EncodeOptions,
     buf: Vec<u8>,
+    /// Filtered PNG rows, reused between slices.
+    filtered: Vec<u8>,
+    png: PngWriter,
 }
 
 impl ImageEncoder {
@@ -28,6 +32,8 @@ impl ImageEncoder {
         ImageEncoder {
             opts,
             buf: Vec::new(),
+            filtered: Vec::new(),
+            png: PngWriter::default(),
         }
     }
 
@@ -80,6 +86,29 @@ impl ImageEncoder {
         &self.buf
     }
 
+    /// Whether a frame handed over as filtered PNG rows ([`encode_filtered`](Self::encode_filtered))
+    /// fits these settings: PNG with fast compression and the adaptive filter.
+    pub fn takes_filtered_rows(&self) -> bool {
+        self.opts.format == OutputFormat::Png
+            && self.opts.png_compression == PngCompression::Fast
+            && self.opts.png_filter == PngFilter::Adaptive
+    }
+
+    /// A PNG from rows already filtered (filter byte + residuals per row), as the GPU's
+    /// `png_filter` kernel leaves them; the same bytes [`encode`](Self::encode) gives for the
+    /// unfiltered pixels.
+    pub fn encode_filtered(
+        &mut self,
+        width: u32,
+        height: u32,
+        channels: usize,
+        filtered: &[u8],
+    ) -> Result<&[u8], String> {
+        self.png
+            .encode_filtered(&mut self.buf, width, height, channels, filtered)?;
+        Ok(&self.buf)
+    }
+
     fn encode_png(
         &mut self,
         width: u32,
@@ -87,6 +116,24 @@ impl ImageEncoder {
         channels: usize,
         pixels: &[u8],
     ) -> Result<(), String> {
+        if self.opts.png_compression == PngCompression::Fast {
+            // Our filter pass and container: the `png` crate's bytes, in less time.
+            let row_len = width as usize * channels;
+            filter_rows(
+                self.opts.png_filter,
+                pixels,
+                row_len,
+                channels,
+                &mut self.filtered,
+            );
+            return self.png.encode_filtered(
+                &mut self.buf,
+                width,
+                height,
+                channels,
+                &self.filtered,
+            );
+        }
         let mut enc = png::Encoder::new(&mut self.buf, width, height);
         enc.set_color(if channels == 1 {
             png::ColorType::Grayscale
