@@ -14,7 +14,8 @@ use std::sync::Arc;
 use dicomflow::backend::cpu::CpuRenderer;
 use dicomflow::backend::cuda::{driver, CudaBackend};
 use dicomflow::backend::Backend;
-use dicomflow::config::{PageLocking, Settings, Transfer};
+use dicomflow::config::{OutputFormat, PageLocking, PngFilter, Settings, Transfer};
+use dicomflow::output::png::filter_rows;
 use dicomflow::pipeline::slot::SlotPool;
 use dicomflow::render::lut::Lut;
 use dicomflow::render::plan::{
@@ -22,6 +23,7 @@ use dicomflow::render::plan::{
     Window,
 };
 use dicomflow::render::spec::VoiFunction;
+use dicomflow::render::table::IndexMap;
 
 /// Devices available, or `None` after printing why the test is skipped.
 fn gpu_or_skip(test: &str) -> Option<usize> {
@@ -210,16 +212,25 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
     }
     let plans = plans();
     let mut cpu = CpuRenderer::default();
-    for (transfer, page_locking) in [
-        (Transfer::ZeroCopy, PageLocking::Register),
-        (Transfer::ZeroCopy, PageLocking::HostAlloc),
-        (Transfer::Pinned, PageLocking::Register),
-        (Transfer::Pinned, PageLocking::HostAlloc),
-        (Transfer::Pageable, PageLocking::Register),
+    // PNG output (the default) has the GPU filter the rows as well; BMP gets plain pixels.
+    for (transfer, page_locking, format) in [
+        (Transfer::ZeroCopy, PageLocking::Register, OutputFormat::Png),
+        (
+            Transfer::ZeroCopy,
+            PageLocking::HostAlloc,
+            OutputFormat::Png,
+        ),
+        (Transfer::Pinned, PageLocking::Register, OutputFormat::Png),
+        (Transfer::Pinned, PageLocking::HostAlloc, OutputFormat::Png),
+        (Transfer::Pageable, PageLocking::Register, OutputFormat::Png),
+        (Transfer::ZeroCopy, PageLocking::Register, OutputFormat::Bmp),
+        (Transfer::Pinned, PageLocking::Register, OutputFormat::Bmp),
+        (Transfer::Pageable, PageLocking::Register, OutputFormat::Bmp),
     ] {
         let settings = Settings {
             transfer,
             page_locking,
+            format,
             gpus: dicomflow::config::GpuSelection::List(vec![0]),
             ..Settings::default()
         };
@@ -232,18 +243,38 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
             let mut expected = vec![0u8; plan.output_bytes()];
             cpu.render_bytes(plan, &input, &mut expected).unwrap();
             let mut slot = pool.take().unwrap();
-            slot.reserve(plan.input_bytes(), plan.output_bytes())
+            slot.reserve(plan.input_bytes(), plan.output_capacity())
                 .unwrap();
             slot.input
                 .bytes_mut(plan.input_bytes())
                 .copy_from_slice(&input);
-            slot.output.bytes_mut(plan.output_bytes()).fill(0xAA);
-            worker.render(plan, &mut slot).unwrap();
-            let got = slot.output.bytes(plan.output_bytes());
+            slot.output.bytes_mut(plan.output_capacity()).fill(0xAA);
+            let outcome = worker.render(plan, &mut slot).unwrap();
+            // Stored values deeper than 16 bits take the CPU path inside the worker: pixels.
+            let filtered = outcome.png_rows;
+            let deep = matches!(&plan.chain, Chain::Gray(g) if IndexMap::of(&g.stored).is_none());
+            assert_eq!(
+                filtered,
+                format == OutputFormat::Png && !deep,
+                "plan {i}: PNG rows from the GPU"
+            );
+            if filtered {
+                let mut rows = Vec::new();
+                let row_len = plan.cols as usize * plan.channels();
+                filter_rows(
+                    PngFilter::Adaptive,
+                    &expected,
+                    row_len,
+                    plan.channels(),
+                    &mut rows,
+                );
+                expected = rows;
+            }
+            let got = slot.output.bytes(expected.len());
             let diff = got.iter().zip(&expected).filter(|(a, b)| a != b).count();
             if diff > 0 {
                 mismatches.push(format!(
-                    "{transfer:?}/{page_locking:?} plan {i} ({:?}): {diff} bytes differ",
+                    "{transfer:?}/{page_locking:?}/{format:?} plan {i} ({:?}): {diff} bytes differ",
                     plan.chain
                 ));
             }
@@ -251,7 +282,7 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
         }
         assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
         eprintln!(
-            "{transfer:?} ({page_locking:?}, {}): {} plans bit-exact with the CPU reference",
+            "{transfer:?} ({page_locking:?}, {}, {format:?}): {} plans bit-exact with the CPU reference",
             backend.allocator().kind(),
             plans.len()
         );

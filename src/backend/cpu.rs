@@ -76,6 +76,7 @@ impl RenderWorker for CpuRenderer {
                 ..Default::default()
             },
             device: None,
+            png_rows: false,
         })
     }
 }

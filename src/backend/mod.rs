@@ -44,6 +44,9 @@ pub struct RenderOutcome {
     pub timings: RenderTimings,
     /// Device index that rendered the frame (GPU), for per-device counts.
     pub device: Option<usize>,
+    /// The output slot holds the frame's rows PNG-filtered (filter type byte + residuals per
+    /// row, `output_capacity` bytes) instead of pixels: the writer only deflates them.
+    pub png_rows: bool,
 }
 
 /// A compute backend.
@@ -65,7 +68,8 @@ pub trait Backend: Send + Sync {
 
 /// Renders frames on one thread (one CUDA stream for the GPU backend).
 pub trait RenderWorker: Send {
-    /// Reads `plan.input_bytes()` from `slot.input`, writes `plan.output_bytes()` to
-    /// `slot.output`.
+    /// Reads `plan.input_bytes()` from `slot.input`, writes `plan.output_bytes()` pixels to
+    /// `slot.output` (or `plan.output_capacity()` bytes of filtered PNG rows, as the outcome
+    /// says).
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, String>;
 }

@@ -154,6 +154,11 @@ impl ImageInfo {
         self.rows as u64 * self.cols as u64 * if self.photometric.is_gray() { 1 } else { 3 }
     }
 
+    /// Room an output slot needs for one frame (see `FramePlan::output_capacity`).
+    pub fn output_capacity(&self) -> u64 {
+        self.output_bytes() + self.rows as u64
+    }
+
     /// Attributes that apply to `frame`: per-frame groups override the shared ones.
     pub fn frame_attrs(&self, frame: u32) -> FrameAttrs {
         let mut a = self.attrs.clone();

@@ -7,7 +7,23 @@ use std::io::Cursor;
 use image::ImageEncoder as _;
 
 use crate::config::{OutputFormat, PngCompression, PngFilter};
-use crate::output::png::{filter_rows, PngWriter};
+use crate::output::png::{filter_rows, unfilter_rows, PngWriter};
+
+/// The filter the GPU should apply to rows for these settings (a PNG filter type, or 5 for
+/// the adaptive choice), or `None` when the output is not a fast-compressed PNG: then the
+/// writer needs plain pixels.
+pub fn png_filter_mode(opts: &EncodeOptions) -> Option<u32> {
+    if opts.format != OutputFormat::Png || opts.png_compression != PngCompression::Fast {
+        return None;
+    }
+    Some(match opts.png_filter {
+        PngFilter::None => 0,
+        PngFilter::Sub => 1,
+        PngFilter::Up => 2,
+        PngFilter::Paeth => 4,
+        PngFilter::Adaptive => 5,
+    })
+}
 
 /// Encoding settings.
 #[derive(Debug, Clone, Copy)]
@@ -16,6 +32,18 @@ pub struct EncodeOptions {
     pub png_compression: PngCompression,
     pub png_filter: PngFilter,
     pub jpeg_quality: u8,
+}
+
+impl EncodeOptions {
+    /// The run's encoding settings.
+    pub fn of(settings: &crate::config::Settings) -> EncodeOptions {
+        EncodeOptions {
+            format: settings.format,
+            png_compression: settings.png_compression,
+            png_filter: settings.png_filter,
+            jpeg_quality: settings.jpeg_quality,
+        }
+    }
 }
 
 /// A reusable encoder.
@@ -86,17 +114,9 @@ impl ImageEncoder {
         &self.buf
     }
 
-    /// Whether a frame handed over as filtered PNG rows ([`encode_filtered`](Self::encode_filtered))
-    /// fits these settings: PNG with fast compression and the adaptive filter.
-    pub fn takes_filtered_rows(&self) -> bool {
-        self.opts.format == OutputFormat::Png
-            && self.opts.png_compression == PngCompression::Fast
-            && self.opts.png_filter == PngFilter::Adaptive
-    }
-
-    /// A PNG from rows already filtered (filter byte + residuals per row), as the GPU's
-    /// `png_filter` kernel leaves them; the same bytes [`encode`](Self::encode) gives for the
-    /// unfiltered pixels.
+    /// Encodes rows already PNG-filtered (filter byte + residuals per row), as the GPU's
+    /// `png_filter_rows` kernel leaves them when [`png_filter_mode`] asks it to: the same bytes
+    /// [`encode`](Self::encode) gives for the pixels. Other settings get the pixels back first.
     pub fn encode_filtered(
         &mut self,
         width: u32,
@@ -104,9 +124,17 @@ impl ImageEncoder {
         channels: usize,
         filtered: &[u8],
     ) -> Result<&[u8], String> {
-        self.png
-            .encode_filtered(&mut self.buf, width, height, channels, filtered)?;
-        Ok(&self.buf)
+        let row_len = width as usize * channels;
+        if png_filter_mode(&self.opts).is_some() {
+            self.png
+                .encode_filtered(&mut self.buf, width, height, channels, filtered)?;
+            return Ok(&self.buf);
+        }
+        let mut pixels = std::mem::take(&mut self.filtered);
+        let result = unfilter_rows(filtered, row_len, channels, &mut pixels)
+            .and_then(|()| self.encode(width, height, channels, &pixels).map(|_| ()));
+        self.filtered = pixels;
+        result.map(|()| self.buf.as_slice())
     }
 
     fn encode_png(

@@ -253,7 +253,11 @@ pub fn unfilter_rows(
         for x in 0..row_len {
             let a = if x >= bpp { cur[x - bpp] } else { 0 };
             let b = prev.map_or(0, |p| p[x]);
-            let c = if x >= bpp { prev.map_or(0, |p| p[x - bpp]) } else { 0 };
+            let c = if x >= bpp {
+                prev.map_or(0, |p| p[x - bpp])
+            } else {
+                0
+            };
             let predicted = match kind {
                 SUB => a,
                 UP => b,
@@ -298,8 +302,7 @@ impl PngWriter {
             ));
         }
         buf.clear();
-        buf
-            .extend_from_slice(&[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n']);
+        buf.extend_from_slice(&[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n']);
         let mut ihdr = [0u8; 13];
         ihdr[..4].copy_from_slice(&width.to_be_bytes());
         ihdr[4..8].copy_from_slice(&height.to_be_bytes());
@@ -370,7 +373,13 @@ mod tests {
     use super::*;
 
     /// What the `png` crate writes for the same pixels with `Compression::Fast`.
-    fn png_crate(width: u32, height: u32, channels: usize, filter: PngFilter, px: &[u8]) -> Vec<u8> {
+    fn png_crate(
+        width: u32,
+        height: u32,
+        channels: usize,
+        filter: PngFilter,
+        px: &[u8],
+    ) -> Vec<u8> {
         let mut out = Vec::new();
         let mut enc = png::Encoder::new(&mut out, width, height);
         enc.set_color(if channels == 1 {
@@ -395,7 +404,13 @@ mod tests {
 
     fn ours(width: u32, height: u32, channels: usize, filter: PngFilter, px: &[u8]) -> Vec<u8> {
         let mut filtered = Vec::new();
-        filter_rows(filter, px, width as usize * channels, channels, &mut filtered);
+        filter_rows(
+            filter,
+            px,
+            width as usize * channels,
+            channels,
+            &mut filtered,
+        );
         let mut back = Vec::new();
         unfilter_rows(&filtered, width as usize * channels, channels, &mut back).unwrap();
         assert_eq!(back, px, "unfilter undoes filter");
@@ -444,7 +459,16 @@ mod tests {
 
     #[test]
     fn files_are_byte_identical_to_the_png_crate() {
-        let shapes = [(1, 1), (1, 9), (7, 1), (3, 5), (63, 17), (64, 64), (130, 33), (257, 40)];
+        let shapes = [
+            (1, 1),
+            (1, 9),
+            (7, 1),
+            (3, 5),
+            (63, 17),
+            (64, 64),
+            (130, 33),
+            (257, 40),
+        ];
         for kind in 0..5 {
             for &(w, h) in &shapes {
                 for channels in [1, 3] {

@@ -129,7 +129,7 @@ impl SlotHint {
         Some(SlotHint {
             count,
             input: slot::round_up(info.frame_bytes() as usize),
-            output: slot::round_up(info.output_bytes() as usize),
+            output: slot::round_up(info.output_capacity() as usize),
         })
     }
 }
@@ -378,9 +378,10 @@ mod tests {
             ..Settings::default()
         };
         let hint = SlotHint::from_first_file(&settings, std::slice::from_ref(&dir), 3).unwrap();
-        // RGB 8-bit: 3 bytes per pixel in, 3 out; one loader + 2 × 3 workers + 2 writers + 2.
+        // RGB 8-bit: 3 bytes per pixel in, 3 out and a PNG filter byte per row; one loader +
+        // 2 × 3 workers + 2 writers + 2.
         assert_eq!(hint.input, slot::round_up(96 * 96 * 3));
-        assert_eq!(hint.output, slot::round_up(96 * 96 * 3));
+        assert_eq!(hint.output, slot::round_up(96 * 96 * 3 + 96));
         assert_eq!(hint.count, 1 + 2 * 3 + 2 + 2);
 
         std::fs::remove_dir_all(dir.join("series")).unwrap();

@@ -36,6 +36,8 @@ pub(crate) struct Job {
     started: Instant,
     window: Option<Window>,
     device: Option<usize>,
+    /// The slot holds PNG-filtered rows, not pixels (`RenderOutcome::png_rows`).
+    png_rows: bool,
 }
 
 fn panic_reason(what: &str) -> String {
@@ -267,7 +269,7 @@ fn load_file(
             fail(Stage::Decode, "slot ring closed".into());
             return;
         };
-        if let Err(e) = slot.reserve(frame_bytes, plan.output_bytes()) {
+        if let Err(e) = slot.reserve(frame_bytes, plan.output_capacity()) {
             ctx.pool.give_back(slot);
             fail(
                 Stage::Decode,
@@ -319,6 +321,7 @@ fn load_file(
             started,
             window: None,
             device: None,
+            png_rows: false,
         };
         if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
             ctx.pool.give_back(job.slot);
@@ -392,6 +395,7 @@ fn render_job(
             }
             job.window = outcome.window;
             job.device = outcome.device;
+            job.png_rows = outcome.png_rows;
             return Some(job);
         }
         Ok(Err(reason)) => reason,
@@ -453,13 +457,7 @@ struct Writer {
 }
 
 fn new_encoder(ctx: &Context) -> ImageEncoder {
-    let s = ctx.settings;
-    ImageEncoder::new(EncodeOptions {
-        format: s.format,
-        png_compression: s.png_compression,
-        png_filter: s.png_filter,
-        jpeg_quality: s.jpeg_quality,
-    })
+    ImageEncoder::new(EncodeOptions::of(ctx.settings))
 }
 
 impl Writer {
@@ -493,14 +491,20 @@ impl Writer {
             started,
             window,
             device,
+            png_rows,
         } = job;
         let t0 = Instant::now();
-        let pixels = slot.output.bytes(plan.output_bytes());
         let encoder = &mut self.encoder;
         let encoded = catch_unwind(AssertUnwindSafe(|| {
-            encoder
-                .encode(plan.cols, plan.rows, plan.channels(), pixels)
-                .map(|b| b.len())
+            let (cols, rows, channels) = (plan.cols, plan.rows, plan.channels());
+            if png_rows {
+                let filtered = slot.output.bytes(plan.output_capacity());
+                encoder.encode_filtered(cols, rows, channels, filtered)
+            } else {
+                let pixels = slot.output.bytes(plan.output_bytes());
+                encoder.encode(cols, rows, channels, pixels)
+            }
+            .map(|b| b.len())
         }));
         // The pixels are in the encoder's buffer now: the slot can take the next frame.
         ctx.pool.give_back(slot);

@@ -164,6 +164,12 @@ impl FramePlan {
     pub fn output_bytes(&self) -> usize {
         self.pixels() * self.channels()
     }
+
+    /// Room an output slot needs: the 8-bit pixels, or the same rows PNG-filtered, each with
+    /// its filter type byte (the GPU leaves them so; see kernels/png.cu).
+    pub fn output_capacity(&self) -> usize {
+        self.output_bytes() + self.rows as usize
+    }
 }
 
 /// The render choices of a run (from the settings).

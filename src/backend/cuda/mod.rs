@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::{Backend, BackendInfo, RenderWorker};
 use crate::config::{GpuSelection, Settings, Transfer};
+use crate::output::encode::{png_filter_mode, EncodeOptions};
 use crate::pipeline::slot::{HeapAllocator, HostAllocator};
 use crate::pipeline::SlotHint;
 use crate::stats::{GpuFigures, Stats};
@@ -52,6 +53,9 @@ pub(crate) struct Shared {
     frames: Vec<AtomicU64>,
     stats: std::sync::OnceLock<Arc<Stats>>,
     pinned: Arc<dyn HostAllocator>,
+    /// The PNG filter the workers apply to each frame's rows (kernels/png.cu), so the writers
+    /// only deflate; `None` when the output is not a fast-compressed PNG.
+    png_filter: Option<u32>,
 }
 
 impl Shared {
@@ -309,6 +313,7 @@ impl CudaBackend {
             calibration: Mutex::new(Vec::new()),
             stats: std::sync::OnceLock::new(),
             pinned: allocator.clone(),
+            png_filter: png_filter_mode(&EncodeOptions::of(settings)),
         });
         shared.publish();
         Ok(CudaBackend {

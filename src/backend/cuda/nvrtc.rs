@@ -16,6 +16,7 @@ pub fn source() -> String {
     for part in [
         include_str!("../../../kernels/gray.cu"),
         include_str!("../../../kernels/color.cu"),
+        include_str!("../../../kernels/png.cu"),
     ] {
         for line in part.lines() {
             if !line.trim_start().starts_with("#include \"common.cuh\"") {

@@ -33,6 +33,8 @@ struct Kernels {
     color_full: Function,
     color_422: Function,
     palette: Function,
+    png_filter_rows: Function,
+    copy_bytes: Function,
 }
 
 impl Kernels {
@@ -48,6 +50,8 @@ impl Kernels {
             color_full: m.function(c"color_full")?,
             color_422: m.function(c"color_422")?,
             palette: m.function(c"palette_apply")?,
+            png_filter_rows: m.function(c"png_filter_rows")?,
+            copy_bytes: m.function(c"copy_bytes")?,
         })
     }
 }
@@ -77,6 +81,10 @@ pub struct CudaWorker {
     ev: [Event; 4],
     dev_in: Option<DeviceBuffer>,
     dev_out: Option<DeviceBuffer>,
+    /// Rendered 8-bit pixels awaiting the PNG filter kernel.
+    dev_pixels: Option<DeviceBuffer>,
+    /// Filtered rows of a zero-copy frame, before one wide copy into the mapped slot.
+    dev_rows: Option<DeviceBuffer>,
     dev_table: Option<DeviceBuffer>,
     dev_counts: Option<DeviceBuffer>,
     table_key: Option<TableKey>,
@@ -116,6 +124,8 @@ impl CudaWorker {
             ev,
             dev_in: None,
             dev_out: None,
+            dev_pixels: None,
+            dev_rows: None,
             dev_table: None,
             dev_counts: None,
             table_key: None,
@@ -130,6 +140,8 @@ impl CudaWorker {
     fn release_caches(&mut self) {
         self.dev_in = None;
         self.dev_out = None;
+        self.dev_pixels = None;
+        self.dev_rows = None;
         self.dev_table = None;
         self.dev_counts = None;
         self.table_key = None;
@@ -378,12 +390,31 @@ impl CudaWorker {
         let cuda = |e: CudaError| e.to_string();
         self.shared.devices[self.device_slot].bind().map_err(cuda)?;
         let in_bytes = plan.input_bytes();
-        let out_bytes = plan.output_bytes();
+        let png_filter = self.shared.png_filter;
+        // With the PNG filter, the slot receives filtered rows (one filter byte more per row).
+        let out_bytes = match png_filter {
+            Some(_) => plan.output_capacity(),
+            None => plan.output_bytes(),
+        };
         let pixels = plan.pixels() as u64;
         self.ev[0].record(&self.stream).map_err(cuda)?;
-        let io = self
+        let staged = self
             .stage_in(strategy, slot, in_bytes, out_bytes)
             .map_err(cuda)?;
+        // The render kernels write pixels where the filter kernel will read them, or straight
+        // to the output when there is no filter.
+        let io = match png_filter {
+            Some(_) => Io {
+                input: staged.input,
+                output: driver::ensure_buffer(
+                    &mut self.dev_pixels,
+                    &self.stream,
+                    plan.output_bytes(),
+                )
+                .map_err(cuda)?,
+            },
+            None => staged,
+        };
         self.ev[1].record(&self.stream).map_err(cuda)?;
         let window = match &plan.chain {
             Chain::Gray(g) => match IndexMap::of(&g.stored) {
@@ -395,8 +426,12 @@ impl CudaWorker {
                 None
             }
         };
+        if let Some(mode) = png_filter {
+            self.filter_rows(strategy, plan, mode, io.output, staged.output)
+                .map_err(cuda)?;
+        }
         self.ev[2].record(&self.stream).map_err(cuda)?;
-        self.stage_out(strategy, io, slot, out_bytes)
+        self.stage_out(strategy, staged, slot, out_bytes)
             .map_err(cuda)?;
         self.ev[3].record(&self.stream).map_err(cuda)?;
         self.stream.synchronize().map_err(cuda)?;
@@ -414,7 +449,54 @@ impl CudaWorker {
             window,
             timings,
             device: Some(self.shared.devices[self.device_slot].ordinal),
+            png_rows: png_filter.is_some(),
         })
+    }
+
+    /// PNG-filters the rendered pixels at `pixels` (device memory) into `output`: directly
+    /// when `output` is device memory, through device memory and one 16-byte-wide copy when it
+    /// is a mapped slot (rows of `cols + 1` bytes would make narrow, unaligned PCIe writes).
+    fn filter_rows(
+        &mut self,
+        strategy: Strategy,
+        plan: &FramePlan,
+        mode: u32,
+        pixels: u64,
+        output: u64,
+    ) -> Result<(), CudaError> {
+        let bytes = plan.output_capacity();
+        let rows_at = match strategy {
+            Strategy::ZeroCopy => driver::ensure_buffer(&mut self.dev_rows, &self.stream, bytes)?,
+            Strategy::Pinned | Strategy::Pageable => output,
+        };
+        let channels = plan.channels() as u32;
+        let args = Args::default()
+            .u64(pixels)
+            .u64(rows_at)
+            .u32(plan.cols * channels)
+            .u32(plan.rows)
+            .u32(channels)
+            .u32(mode);
+        driver::launch(
+            self.k.png_filter_rows,
+            plan.rows,
+            BLOCK,
+            0,
+            &self.stream,
+            args,
+        )?;
+        if rows_at != output {
+            let args = Args::default().u64(rows_at).u64(output).u64(bytes as u64);
+            driver::launch(
+                self.k.copy_bytes,
+                grid_for((bytes as u64).div_ceil(16)),
+                BLOCK,
+                0,
+                &self.stream,
+                args,
+            )?;
+        }
+        Ok(())
     }
 
     fn publish(&mut self) {
