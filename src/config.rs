@@ -298,7 +298,7 @@ impl Default for Settings {
             backend: BackendChoice::Auto,
             transfer: Transfer::Auto,
             gpus: GpuSelection::All,
-            streams: 4,
+            streams: 2,
             pinned_budget_bytes: 0,
             page_locking: PageLocking::Register,
             auto_min_input_bytes: None,

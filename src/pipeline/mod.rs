@@ -42,29 +42,42 @@ impl Sizing {
     /// Settings, with zeros replaced by defaults; `default_workers` when `workers` is 0 (which
     /// may itself be 0: the writers render).
     fn with_workers(settings: &Settings, default_workers: usize) -> Sizing {
-        let cores = crate::available_cores();
-        let loaders = if settings.loaders > 0 {
-            settings.loaders
-        } else {
-            (cores / 4).max(1)
-        };
+        Sizing::on_cores(settings, default_workers, crate::available_cores())
+    }
+
+    /// [`with_workers`](Self::with_workers) on a machine of `cores` cores.
+    fn on_cores(settings: &Settings, default_workers: usize, cores: usize) -> Sizing {
         let workers = if settings.workers > 0 {
             settings.workers
         } else {
             default_workers
         };
-        // The writers leave the loaders the cores they use: all of them beside render workers
-        // (a GPU backend's workers spin on cores while their kernels run), half of them when
-        // the writers render (the CPU backend's loaders were 25–31 % busy at 512² and 62 % at
-        // 2000² in the H200 runs, so half a core each is their share). More writers
-        // than cores left only wait runnable, and their frames with them: on the 16-core H200
-        // host 12 GPU writers instead of 16, and 14 CPU writers, kept the throughput within
-        // ±3 % and brought the pool overlap from 1.24–1.45 to 1.10–1.20 at 512²
-        // (BENCHMARKS.md, optimization log item 21). On 2 cores: 1 loader, 2 writers.
+        // Beside GPU render workers the writers only deflate rows the GPU has already
+        // PNG-filtered, so reading and decoding is the larger share of the CPU work: 3/8 of the
+        // cores load (6 of 16), a quarter otherwise. On the 16-core H200 host 4 loaders were
+        // the busiest pool (86–98 %) once the GPU filtered (BENCHMARKS.md, optimization log
+        // item 28).
+        let loaders = if settings.loaders > 0 {
+            settings.loaders
+        } else if workers > 0 {
+            (3 * cores / 8).max(1)
+        } else {
+            (cores / 4).max(1)
+        };
+        // The writers take the cores the other threads leave: beside render workers (a GPU
+        // backend's workers spin on cores while their kernels run) every loader and worker
+        // counts whole, at least half the cores stay for writers (8 on the H200 host: 6
+        // loaders, 2 streams); when the writers render (the CPU backend), half a core per
+        // loader (its loaders were 25–31 % busy at 512² and 62 % at 2000² on the H200), 14 on
+        // 16 cores. More writers than cores left only wait runnable, and their frames with
+        // them (item 21). On 2 cores: 1 loader, 2 writers (CPU) or 1 (GPU).
         let writers = if settings.writers > 0 {
             settings.writers
         } else if workers > 0 {
-            cores.saturating_sub(loaders).max(1)
+            cores
+                .saturating_sub(loaders + workers)
+                .max(cores / 2)
+                .max(1)
         } else {
             cores.saturating_sub(loaders / 2).max(1)
         };
@@ -333,32 +346,29 @@ mod tests {
 
     #[test]
     fn writers_leave_the_loaders_their_cores() {
-        let cores = crate::available_cores();
-        let settings = Settings {
-            loaders: 1,
-            ..Settings::default()
+        let auto = Settings::default();
+        let sizes = |workers: usize, cores: usize| {
+            let z = Sizing::on_cores(&auto, workers, cores);
+            (z.loaders, z.workers, z.writers, z.slots)
         };
-        // The CPU backend's writers render: one per core with one loader (1 / 2 = 0 cores).
-        let z = Sizing::with_workers(&settings, 0);
-        assert_eq!((z.workers, z.writers), (0, cores.max(1)));
-        let four = Settings {
-            loaders: 4,
-            ..Settings::default()
-        };
-        let z = Sizing::with_workers(&four, 0);
-        assert_eq!(z.writers, cores.saturating_sub(2).max(1));
-        // GPU render workers: the writers take the cores the loader leaves.
-        let z = Sizing::with_workers(&settings, 4);
-        assert_eq!((z.workers, z.writers), (4, cores.saturating_sub(1).max(1)));
+        // The CPU backend (its writers render): a quarter of the cores load, the writers get
+        // the rest less half a core per loader.
+        assert_eq!(sizes(0, 16), (4, 0, 14, 20));
+        assert_eq!(sizes(0, 2), (1, 0, 2, 5));
+        // GPU render workers (2 streams): 3/8 of the cores load, the writers take the rest,
+        // at least half the cores.
+        assert_eq!(sizes(2, 16), (6, 2, 8, 20));
+        assert_eq!(sizes(4, 32), (12, 4, 16, 38));
+        assert_eq!(sizes(2, 4), (1, 2, 2, 9));
+        assert_eq!(sizes(2, 2), (1, 2, 1, 8));
         // An explicit count is taken as it is.
-        let z = Sizing::with_workers(
-            &Settings {
-                writers: 7,
-                ..settings.clone()
-            },
-            4,
-        );
-        assert_eq!(z.writers, 7);
+        let fixed = Settings {
+            loaders: 3,
+            writers: 7,
+            ..Settings::default()
+        };
+        let z = Sizing::on_cores(&fixed, 4, 16);
+        assert_eq!((z.loaders, z.writers), (3, 7));
     }
 
     #[test]
