@@ -2,8 +2,9 @@
 //! stored values to the GPU by the chosen strategy (mapped zero-copy, async copies from pinned
 //! memory, or synchronous copies from pageable memory), computes frame statistics on the GPU
 //! when automatic windows need them, applies the chain's table (the same table the CPU backend
-//! applies, so the bytes are identical), and brings the 8-bit pixels back. CUDA events time the
-//! transfer-in, compute and transfer-out parts.
+//! applies, so the bytes are identical), PNG-filters the rows when the output is a fast PNG
+//! (kernels/png.cu; the writer then only deflates), and brings the result back. CUDA events
+//! time the transfer-in, compute and transfer-out parts.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
