@@ -195,6 +195,9 @@ fn apply(filter: u8, cur: &[u8], prev: &[u8], bpp: usize, out: &mut [u8]) {
     }
 }
 
+/// The row above the first: zeros, as wide as an RGB row of 65535 pixels.
+static ZERO_ROW: [u8; 3 * 65_536] = [0; 3 * 65_536];
+
 /// Filters `rows` rows of `row_len` bytes (`bpp` bytes per pixel) from `pixels` into `out`,
 /// each output row being its filter type byte and `row_len` residuals.
 pub fn filter_rows(
@@ -204,11 +207,21 @@ pub fn filter_rows(
     bpp: usize,
     out: &mut Vec<u8>,
 ) {
-    let rows = pixels.len().checked_div(row_len).unwrap_or(0);
     out.clear();
+    if row_len == 0 {
+        return;
+    }
+    let rows = pixels.len() / row_len;
     out.resize(rows * (row_len + 1), 0);
-    let zeros = vec![0u8; row_len];
-    let mut prev: &[u8] = &zeros;
+    // The row above the first is zeros; DICOM rows (≤ 65535 × 3 bytes) fit the static one.
+    let wide;
+    let mut prev: &[u8] = match ZERO_ROW.get(..row_len) {
+        Some(zeros) => zeros,
+        None => {
+            wide = vec![0u8; row_len];
+            &wide
+        }
+    };
     for (cur, dst) in pixels
         .chunks_exact(row_len)
         .zip(out.chunks_exact_mut(row_len + 1))
@@ -522,5 +535,8 @@ mod tests {
         assert!(w.encode_filtered(&mut buf, 4, 1, 2, &[0; 9]).is_err());
         let mut out = Vec::new();
         assert!(unfilter_rows(&[9, 0, 0], 2, 1, &mut out).is_err());
+        // Zero-width rows make no rows rather than a panic.
+        filter_rows(PngFilter::Adaptive, &[], 0, 1, &mut out);
+        assert!(out.is_empty());
     }
 }
