@@ -114,6 +114,10 @@ pub struct RunArgs {
     /// Stop at the first failure.
     #[arg(long)]
     pub fail_fast: bool,
+    /// Thread layout: auto, stages (loaders, render workers, writers) or shared (threads that
+    /// load and finish frames).
+    #[arg(long)]
+    pub layout: Option<String>,
     /// Loader threads (0 = auto).
     #[arg(long)]
     pub loaders: Option<i64>,
@@ -121,7 +125,7 @@ pub struct RunArgs {
     /// writers render).
     #[arg(long)]
     pub workers: Option<i64>,
-    /// Writer threads (0 = auto).
+    /// Writer threads, or the shared layout's threads (0 = auto).
     #[arg(long)]
     pub writers: Option<i64>,
     /// Slots in the ring (0 = auto, else at least 2).
@@ -166,6 +170,7 @@ impl RunArgs {
         r.run.fail_fast = self.fail_fast.then_some(true);
         r.run.report = self.report.clone();
         r.run.trace = self.trace.clone();
+        r.pipeline.layout = self.layout.clone();
         r.pipeline.loaders = self.loaders;
         r.pipeline.workers = self.workers;
         r.pipeline.writers = self.writers;

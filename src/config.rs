@@ -62,6 +62,7 @@ pub struct RawRun {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPipeline {
+    pub layout: Option<String>,
     pub loaders: Option<i64>,
     pub workers: Option<i64>,
     pub writers: Option<i64>,
@@ -205,6 +206,20 @@ pub enum Transfer {
     Pageable,
 }
 
+/// How the pipeline's threads share its stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// `shared` when the frames need no render workers (the CPU backend) and no loader count
+    /// is given; `stages` otherwise.
+    Auto,
+    /// A pool per stage: loaders, render workers (when the backend has them), writers.
+    Stages,
+    /// One pool of threads that each load frames and finish them (render when there are no
+    /// render workers, encode, write), finishing queued frames before loading more.
+    Shared,
+}
+
 /// How slot memory is page-locked for the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -249,6 +264,7 @@ pub struct Settings {
     pub fail_fast: bool,
     pub report: Option<PathBuf>,
     pub trace: Option<PathBuf>,
+    pub layout: Layout,
     /// 0 = chosen from the core count at run time.
     pub loaders: usize,
     /// 0 = chosen from the core count at run time.
@@ -290,6 +306,7 @@ impl Default for Settings {
             fail_fast: false,
             report: None,
             trace: None,
+            layout: Layout::Auto,
             loaders: 0,
             workers: 0,
             writers: 0,
@@ -467,6 +484,19 @@ impl Settings {
         }
 
         let p = &raw.pipeline;
+        if let Some(v) = &p.layout {
+            self.layout = one_of(
+                origin,
+                "pipeline.layout",
+                v,
+                &[
+                    ("auto", Layout::Auto),
+                    ("stages", Layout::Stages),
+                    ("shared", Layout::Shared),
+                ],
+                "use auto, stages or shared",
+            )?;
+        }
         if let Some(v) = p.loaders {
             self.loaders = count(origin, "pipeline.loaders", v, 0, 256)?;
         }

@@ -140,16 +140,23 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         t.frames_written, t.frames_existing, t.frames_failed, t.frames_written + t.frames_existing,
         secs, t.frames_written as f64 / secs, mb(t.output_bytes));
     let z = &result.sizing;
-    let threads = if z.workers == 0 {
-        format!(
+    let threads = match (z.shared, z.workers) {
+        (true, 0) => format!(
+            "{} shared (each loads, renders, encodes and writes)",
+            z.writers
+        ),
+        (true, workers) => format!(
+            "{} shared (each loads, encodes and writes), workers {workers}",
+            z.writers
+        ),
+        (false, 0) => format!(
             "loaders {}, writers {} (each renders, encodes and writes)",
             z.loaders, z.writers
-        )
-    } else {
-        format!(
-            "loaders {}, workers {}, writers {}",
-            z.loaders, z.workers, z.writers
-        )
+        ),
+        (false, workers) => format!(
+            "loaders {}, workers {workers}, writers {}",
+            z.loaders, z.writers
+        ),
     };
     let _ = writeln!(
         s,

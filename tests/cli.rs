@@ -205,9 +205,10 @@ fn inspect_explains_windows_and_the_choice() {
 }
 
 #[test]
-fn writers_that_render_match_render_workers_byte_for_byte() {
-    // The CPU backend renders on its writer threads by default; `--workers N` brings back
-    // separate render workers. The two layouts must write the same files.
+fn every_thread_layout_writes_the_same_bytes() {
+    // The CPU backend runs the shared layout by default (threads that load, render, encode
+    // and write); `--layout stages` gives loaders and writers that render, and `--workers N`
+    // separate render workers, in either layout. All must write the same files.
     let root = tempdir("cli-render-on-writers");
     let input = root.join("in");
     synth(&input.join("ct"), &["--slices", "6"]);
@@ -228,22 +229,43 @@ fn writers_that_render_match_render_workers_byte_for_byte() {
         assert!(o.status.success(), "{stderr}");
         stderr
     };
-    let (a, b) = (root.join("on-writers"), root.join("workers"));
-    let summary_a = run(&a, &[]);
-    let summary_b = run(&b, &["--workers", "2"]);
-    assert!(
-        summary_a.contains("writers 2 (each renders, encodes and writes)"),
-        "{summary_a}"
-    );
-    assert!(summary_b.contains("workers 2, writers 2"), "{summary_b}");
-    let files = files_under(&a);
-    assert_eq!(files, files_under(&b));
-    assert_eq!(files.len(), 6 + 2 + 5 + 200, "{files:?}");
-    for f in &files {
-        assert!(
-            std::fs::read(a.join(f)).unwrap() == std::fs::read(b.join(f)).unwrap(),
-            "{f} differs"
-        );
+    // Each layout: its arguments, and the thread line of its summary.
+    let layouts: [(&str, &[&str], &str); 4] = [
+        (
+            "shared",
+            &[],
+            "2 shared (each loads, renders, encodes and writes)",
+        ),
+        (
+            "stages",
+            &["--layout", "stages", "--loaders", "1"],
+            "loaders 1, writers 2 (each renders, encodes and writes)",
+        ),
+        ("workers", &["--workers", "2"], "workers 2, writers 2"),
+        (
+            "shared-workers",
+            &["--layout", "shared", "--workers", "2"],
+            "2 shared (each loads, encodes and writes), workers 2",
+        ),
+    ];
+    let reference = root.join(layouts[0].0);
+    let mut files = Vec::new();
+    for (name, extra, threads) in layouts {
+        let out = root.join(name);
+        let summary = run(&out, extra);
+        assert!(summary.contains(threads), "{name}: {summary}");
+        if files.is_empty() {
+            files = files_under(&out);
+            assert_eq!(files.len(), 6 + 2 + 5 + 200, "{files:?}");
+            continue;
+        }
+        assert_eq!(files, files_under(&out), "{name}");
+        for f in &files {
+            assert!(
+                std::fs::read(reference.join(f)).unwrap() == std::fs::read(out.join(f)).unwrap(),
+                "{name}: {f} differs"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -251,10 +251,21 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
     assert!(elapsed <= t("pipeline_done_s") - t("backend_ready_s") + 0.01);
     // One pool per thread kind that processed slices, and the overlap names the busiest.
     let pools = field_of_each(&doc["statistics"]["pools"], "pool");
-    assert!(
-        pools.contains(&"loaders") && pools.contains(&"writers"),
-        "{pools:?}"
-    );
+    // The CPU backend runs the shared layout (threads that load and finish frames), a GPU
+    // loaders and writers.
+    let shared = doc["statistics"]["shared_threads"].as_bool().unwrap();
+    assert_eq!(shared, doc["result"]["sizing"]["shared"] == true);
+    if shared {
+        assert!(
+            pools.contains(&"shared") && !pools.contains(&"loaders") && !pools.contains(&"writers"),
+            "{pools:?}"
+        );
+    } else {
+        assert!(
+            pools.contains(&"loaders") && pools.contains(&"writers"),
+            "{pools:?}"
+        );
+    }
     // The CPU backend renders on the writer threads (no render workers); the GPU has workers.
     let on_writers = doc["statistics"]["render_on_writers"].as_bool().unwrap();
     assert_eq!(
@@ -316,15 +327,26 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
         .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
         .map(|e| e["args"]["name"].as_str().unwrap())
         .collect();
-    for prefix in ["load-", "render-", "write-"] {
+    // Shared threads ("work-") load and write; render workers exist unless the writing
+    // threads render.
+    for (prefix, expected) in [
+        ("load-", !shared),
+        ("write-", !shared),
+        ("work-", shared),
+        ("render-", !on_writers),
+    ] {
         assert_eq!(
             threads.iter().any(|t| t.starts_with(prefix)),
-            prefix != "render-" || !on_writers,
+            expected,
             "{prefix} in {threads:?}"
         );
     }
-    // Compute spans are on the render workers, or on the writers that render.
-    let compute_thread = if on_writers { "write-" } else { "render-" };
+    // Compute spans are on the render workers, or on the threads that write.
+    let compute_thread = match (on_writers, shared) {
+        (false, _) => "render-",
+        (true, false) => "write-",
+        (true, true) => "work-",
+    };
     for s in spans.iter().filter(|s| s["cat"] == "compute") {
         assert!(events.iter().any(|e| e["name"] == "thread_name"
             && e["tid"] == s["tid"]

@@ -345,11 +345,11 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
         .map(|c| c.workers)
         .unwrap_or(0);
     if workers > 0 && s.gpu.is_none() {
-        lines.push(Line::from(if s.render_on_writers {
-            format!(
-                "rendering on {workers} writer thread{}",
-                if workers == 1 { "" } else { "s" }
-            )
+        let plural = if workers == 1 { "" } else { "s" };
+        lines.push(Line::from(if s.render_on_writers && s.shared_threads {
+            format!("{workers} shared thread{plural}, load to write")
+        } else if s.render_on_writers {
+            format!("rendering on {workers} writer thread{plural}")
         } else {
             format!("render workers: {workers}")
         }));

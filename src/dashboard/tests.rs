@@ -49,6 +49,7 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         stages,
         pools: Vec::new(),
         render_on_writers: false,
+        shared_threads: false,
         overlap: None,
         latency: stage(StageId::Write, done, 1, 0.0, 20.0),
         gauges: vec![
@@ -198,6 +199,12 @@ fn cpu_panel_says_when_the_writers_render() {
     let all = render(&app(s), 100, 30).join("\n");
     assert!(all.contains("rendering on 2 writer threads"), "{all}");
     assert!(!all.contains("render workers:"), "{all}");
+
+    let mut s = snapshot(2.0, 120);
+    (s.render_on_writers, s.shared_threads) = (true, true);
+    s.stages[StageId::Compute as usize].workers = 2;
+    let all = render(&app(s), 100, 30).join("\n");
+    assert!(all.contains("2 shared threads, load to write"), "{all}");
 }
 
 #[test]

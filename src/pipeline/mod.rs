@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::backend::Backend;
-use crate::config::Settings;
+use crate::config::{Layout, Settings};
 use crate::error::FatalError;
 use crate::render::RenderOptions;
-use crate::stats::Stats;
+use crate::stats::{Stats, ThreadLayout};
 use crate::trace::Tracer;
 
 pub use events::{Collector, Event, FileRecord, FileStatus, RunResult};
@@ -26,9 +26,12 @@ use slot::SlotPool;
 /// Thread counts and ring depth actually used.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Sizing {
+    /// The shared layout: the `writers` threads also load (and `loaders` is 0).
+    pub shared: bool,
     pub loaders: usize,
     /// Render worker threads; 0 = the writers render each frame before encoding it.
     pub workers: usize,
+    /// Threads that encode and write (and load, in the shared layout).
     pub writers: usize,
     pub slots: usize,
 }
@@ -52,6 +55,44 @@ impl Sizing {
         } else {
             default_workers
         };
+        let shared = match settings.layout {
+            Layout::Shared => true,
+            Layout::Stages => false,
+            // Threads that each do everything to a frame beat a pool per stage when there is
+            // no render worker between them: 3–14 % faster on the 2-core box, where loaders
+            // and writers otherwise take cores from each other (optimization log item 29).
+            Layout::Auto => workers == 0 && settings.loaders == 0,
+        };
+        // The threads that finish frames take the cores the other threads leave: beside
+        // render workers (a GPU backend's workers spin on cores while their kernels run)
+        // every loader and worker counts whole, and at least half the cores stay for writers.
+        let finishing_threads = |others: usize| cores.saturating_sub(others).max(cores / 2).max(1);
+        if shared {
+            if settings.loaders > 0 {
+                tracing::warn!(
+                    "pipeline.loaders = {} is not used: in the shared layout the writer threads load",
+                    settings.loaders
+                );
+            }
+            let writers = if settings.writers > 0 {
+                settings.writers
+            } else {
+                finishing_threads(workers)
+            };
+            // One slot per thread, two per render worker, and a little slack for the queue.
+            let slots = if settings.slots > 0 {
+                settings.slots
+            } else {
+                (writers + 2 * workers + 2).max(4)
+            };
+            return Sizing {
+                shared,
+                loaders: 0,
+                workers,
+                writers,
+                slots,
+            };
+        }
         // Beside GPU render workers the writers only deflate rows the GPU has already
         // PNG-filtered, so reading and decoding is the larger share of the CPU work: 3/8 of the
         // cores load (6 of 16), a quarter otherwise. On the 16-core H200 host 4 loaders were
@@ -64,9 +105,7 @@ impl Sizing {
         } else {
             (cores / 4).max(1)
         };
-        // The writers take the cores the other threads leave: beside render workers (a GPU
-        // backend's workers spin on cores while their kernels run) every loader and worker
-        // counts whole, at least half the cores stay for writers (8 on the H200 host: 6
+        // Beside render workers the writers get the cores left (8 on the H200 host: 6
         // loaders, 2 streams); when the writers render (the CPU backend), half a core per
         // loader (its loaders were 25–31 % busy at 512² and 62 % at 2000² on the H200), 14 on
         // 16 cores. More writers than cores left only wait runnable, and their frames with
@@ -74,10 +113,7 @@ impl Sizing {
         let writers = if settings.writers > 0 {
             settings.writers
         } else if workers > 0 {
-            cores
-                .saturating_sub(loaders + workers)
-                .max(cores / 2)
-                .max(1)
+            finishing_threads(loaders + workers)
         } else {
             cores.saturating_sub(loaders / 2).max(1)
         };
@@ -89,6 +125,7 @@ impl Sizing {
             (loaders + 2 * workers + writers + 2).max(4)
         };
         Sizing {
+            shared,
             loaders,
             workers,
             writers,
@@ -201,7 +238,7 @@ pub fn run(
     ));
     tracing::info!(
         backend = %info.name, devices = ?info.devices, transfer = %info.transfer, reason = %info.reason,
-        loaders = sizing.loaders, workers = sizing.workers, writers = sizing.writers, slots = sizing.slots,
+        shared = sizing.shared, loaders = sizing.loaders, workers = sizing.workers, writers = sizing.writers, slots = sizing.slots,
         "pipeline starting"
     );
 
@@ -215,7 +252,10 @@ pub fn run(
     }
     // Without render workers every writer renders its frames with a worker of its own.
     let render_on_writers = sizing.workers == 0;
-    stats.set_render_on_writers(render_on_writers);
+    stats.set_layout(ThreadLayout {
+        render_on_writers,
+        shared: sizing.shared,
+    });
     let mut writer_renderers = Vec::with_capacity(sizing.writers);
     for i in 0..sizing.writers {
         writer_renderers.push(if render_on_writers {
@@ -294,7 +334,9 @@ pub fn run(
                 Box::new(move || stages::load_stage(ctx, rx, tx, ev)),
             )?;
         }
-        drop((scan_rx, load_tx));
+        // The shared layout's threads load too: they keep the scan's receiver and a sender of
+        // loaded frames until the scan is done.
+        let shared_loading = sizing.shared.then(|| (scan_rx, load_tx));
         for (i, worker) in render_workers.into_iter().enumerate() {
             let (rx, tx, ev) = (load_rx.clone(), done_tx.clone(), event_tx.clone());
             spawn_named(
@@ -313,13 +355,23 @@ pub fn run(
         drop(done_tx);
         for (i, renderer) in writer_renderers.into_iter().enumerate() {
             let (rx, ev) = (writer_rx.clone(), event_tx.clone());
-            spawn_named(
-                s,
-                format!("write-{i}"),
-                Box::new(move || stages::write_stage(ctx, renderer, rx, ev)),
-            )?;
+            match &shared_loading {
+                Some((scan, loaded)) => {
+                    let (scan, loaded) = (scan.clone(), loaded.clone());
+                    spawn_named(
+                        s,
+                        format!("work-{i}"),
+                        Box::new(move || stages::shared_stage(ctx, renderer, scan, loaded, rx, ev)),
+                    )?
+                }
+                None => spawn_named(
+                    s,
+                    format!("write-{i}"),
+                    Box::new(move || stages::write_stage(ctx, renderer, rx, ev)),
+                )?,
+            }
         }
-        drop(writer_rx);
+        drop((writer_rx, shared_loading));
         drop(event_tx);
         // Every stage holds a sender clone: the loop ends when the last stage has finished.
         for event in event_rx.iter() {
@@ -346,29 +398,43 @@ mod tests {
 
     #[test]
     fn writers_leave_the_loaders_their_cores() {
-        let auto = Settings::default();
-        let sizes = |workers: usize, cores: usize| {
-            let z = Sizing::on_cores(&auto, workers, cores);
-            (z.loaders, z.workers, z.writers, z.slots)
+        let with = |layout: Layout| Settings {
+            layout,
+            ..Settings::default()
         };
-        // The CPU backend (its writers render): a quarter of the cores load, the writers get
-        // the rest less half a core per loader.
-        assert_eq!(sizes(0, 16), (4, 0, 14, 20));
-        assert_eq!(sizes(0, 2), (1, 0, 2, 5));
-        // GPU render workers (2 streams): 3/8 of the cores load, the writers take the rest,
-        // at least half the cores.
-        assert_eq!(sizes(2, 16), (6, 2, 8, 20));
-        assert_eq!(sizes(4, 32), (12, 4, 16, 38));
-        assert_eq!(sizes(2, 4), (1, 2, 2, 9));
-        assert_eq!(sizes(2, 2), (1, 2, 1, 8));
-        // An explicit count is taken as it is.
+        let sizes = |settings: &Settings, workers: usize, cores: usize| {
+            let z = Sizing::on_cores(settings, workers, cores);
+            (z.shared, z.loaders, z.workers, z.writers, z.slots)
+        };
+        let (auto, stages, shared) = (
+            Settings::default(),
+            with(Layout::Stages),
+            with(Layout::Shared),
+        );
+        // The CPU backend (its writers render) shares: one thread per core loads and finishes.
+        assert_eq!(sizes(&auto, 0, 16), (true, 0, 0, 16, 18));
+        assert_eq!(sizes(&auto, 0, 2), (true, 0, 0, 2, 4));
+        // In stages, a quarter of the cores load, the writers get the rest less half a core
+        // per loader.
+        assert_eq!(sizes(&stages, 0, 16), (false, 4, 0, 14, 20));
+        assert_eq!(sizes(&stages, 0, 2), (false, 1, 0, 2, 5));
+        // GPU render workers (2 streams): stages; 3/8 of the cores load, the writers take the
+        // rest, at least half the cores.
+        assert_eq!(sizes(&auto, 2, 16), (false, 6, 2, 8, 20));
+        assert_eq!(sizes(&auto, 4, 32), (false, 12, 4, 16, 38));
+        assert_eq!(sizes(&auto, 2, 4), (false, 1, 2, 2, 9));
+        assert_eq!(sizes(&auto, 2, 2), (false, 1, 2, 1, 8));
+        // Shared beside render workers: the cores the workers leave, at least half.
+        assert_eq!(sizes(&shared, 2, 16), (true, 0, 2, 14, 20));
+        assert_eq!(sizes(&shared, 4, 4), (true, 0, 4, 2, 12));
+        // An explicit count is taken as it is, and a loader count keeps `auto` in stages.
         let fixed = Settings {
             loaders: 3,
             writers: 7,
             ..Settings::default()
         };
-        let z = Sizing::on_cores(&fixed, 4, 16);
-        assert_eq!((z.loaders, z.writers), (3, 7));
+        assert_eq!(sizes(&fixed, 4, 16), (false, 3, 4, 7, 20));
+        assert_eq!(sizes(&fixed, 0, 16), (false, 3, 0, 7, 12));
     }
 
     #[test]

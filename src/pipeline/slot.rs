@@ -202,6 +202,14 @@ pub fn round_up(n: usize) -> usize {
     n.div_ceil(SLOT_ALIGN) * SLOT_ALIGN
 }
 
+/// What [`SlotPool::take_or`] got.
+pub enum TakeOr<T> {
+    Slot(Slot),
+    Other(T),
+    /// The ring is gone.
+    Closed,
+}
+
 /// The ring of slots. Taking a slot blocks while all are in flight.
 #[derive(Clone)]
 pub struct SlotPool {
@@ -247,6 +255,22 @@ impl SlotPool {
     /// Waits at most `timeout` for a free slot.
     pub fn take_timeout(&self, timeout: std::time::Duration) -> Option<Slot> {
         self.free_rx.recv_timeout(timeout).ok()
+    }
+
+    /// Waits for a free slot or a message on `other`, whichever comes first (a thread that can
+    /// make a slot free itself, by finishing a queued frame, waits this way). When `other` is
+    /// closed it waits for a slot alone.
+    pub fn take_or<T>(&self, other: &Receiver<T>) -> TakeOr<T> {
+        crossbeam_channel::select! {
+            recv(self.free_rx) -> slot => match slot {
+                Ok(slot) => TakeOr::Slot(slot),
+                Err(_) => TakeOr::Closed,
+            },
+            recv(other) -> message => match message {
+                Ok(message) => TakeOr::Other(message),
+                Err(_) => self.take().map_or(TakeOr::Closed, TakeOr::Slot),
+            },
+        }
     }
 
     /// Returns a slot to the ring.

@@ -17,7 +17,7 @@ use crate::error::Stage;
 use crate::output::encode::{EncodeOptions, ImageEncoder};
 use crate::output::{atomic, naming};
 use crate::pipeline::events::{Event, FileMeta};
-use crate::pipeline::slot::Slot;
+use crate::pipeline::slot::{Slot, TakeOr};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
 use crate::source::{self, Candidate, ScanItem};
@@ -101,30 +101,57 @@ pub(crate) fn load_stage(
     tx: Sender<Job>,
     events: Sender<Event>,
 ) {
-    let rec = ctx.stats.recorder(StageId::ReadDecode);
-    let mut scratch = Vec::new();
+    let mut loader = Loader::new(ctx);
     for item in rx {
+        while ctx.stats.is_paused() && !ctx.cancel.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        loader.load(ctx, item, &tx, &events, &mut SlotWait::Block);
+    }
+}
+
+/// A loading thread's recorder and reusable scratch buffer.
+struct Loader {
+    rec: crate::stats::Recorder,
+    scratch: Vec<u8>,
+}
+
+impl Loader {
+    fn new(ctx: &Context) -> Loader {
+        Loader {
+            rec: ctx.stats.recorder(StageId::ReadDecode),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Reads and decodes every frame of `item` into slots and sends them on `tx`; a file that
+    /// cannot be read is reported, as is a file found after a cancel.
+    fn load(
+        &mut self,
+        ctx: &Context,
+        item: ScanItem,
+        tx: &Sender<Job>,
+        events: &Sender<Event>,
+        wait: &mut SlotWait,
+    ) {
         if ctx.cancel.load(Ordering::Relaxed) {
             // Drain: files found but not started are listed as cancelled.
             if let ScanItem::Dicom(c) = item {
                 let _ = events.send(Event::FileNotStarted { path: c.path });
             }
-            continue;
-        }
-        while ctx.stats.is_paused() && !ctx.cancel.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50));
+            return;
         }
         let ScanItem::Dicom(c) = item else {
-            continue; // the scan stage reports the others itself
+            return; // the scan stage reports the others itself
         };
         let result = catch_unwind(AssertUnwindSafe(|| {
-            load_file(ctx, &c, &tx, &events, &rec, &mut scratch)
+            load_file(ctx, &c, tx, events, &self.rec, &mut self.scratch, wait)
         }));
         if result.is_err() {
-            scratch = Vec::new();
+            self.scratch = Vec::new();
             let _ = send_failure(
                 ctx,
-                &events,
+                events,
                 Event::FileFailed {
                     id: Some(c.id),
                     path: c.path.clone(),
@@ -132,6 +159,97 @@ pub(crate) fn load_stage(
                     reason: panic_reason("decoding"),
                 },
             );
+        }
+    }
+}
+
+/// What a loading thread does while every slot is in flight.
+enum SlotWait<'a> {
+    /// Waits until a downstream thread gives one back.
+    Block,
+    /// Finishes the loaded frames that wait in `queued` (they hold the slots) until one is
+    /// free: a thread that also writes never sits idle beside a full queue.
+    Finish {
+        writer: &'a mut Writer,
+        queued: &'a Receiver<Job>,
+        events: &'a Sender<Event>,
+    },
+}
+
+impl SlotWait<'_> {
+    /// A free slot; `None` only when the ring is gone.
+    fn take(&mut self, ctx: &Context) -> Option<Slot> {
+        match self {
+            SlotWait::Block => ctx.pool.take(),
+            SlotWait::Finish {
+                writer,
+                queued,
+                events,
+            } => loop {
+                match ctx.pool.take_or(queued) {
+                    TakeOr::Slot(slot) => return Some(slot),
+                    TakeOr::Other(job) => writer.finish(ctx, job, events),
+                    TakeOr::Closed => return None,
+                }
+            },
+        }
+    }
+}
+
+/// The body of a thread that both loads and finishes frames (`Layout::Shared`): it finishes
+/// the frames already loaded first (they hold slots, and a frame this thread has just loaded
+/// is still in its core's cache), and loads the next file only when none is waiting. No
+/// thread of this layout waits while there is work, so on a machine with few cores none of
+/// them idles while another stage's thread holds a core.
+pub(crate) fn shared_stage(
+    ctx: &Context,
+    renderer: Option<Box<dyn RenderWorker>>,
+    scan: Receiver<ScanItem>,
+    loaded_tx: Sender<Job>,
+    loaded: Receiver<Job>,
+    events: Sender<Event>,
+) {
+    let mut writer = Writer::new(ctx, renderer);
+    let mut loader = Loader::new(ctx);
+    // Dropped once the scan has nothing more: the queue closes when every thread has
+    // dropped its sender and the last frame has been taken.
+    let mut loaded_tx = Some(loaded_tx);
+    loop {
+        if let Ok(job) = loaded.try_recv() {
+            writer.finish(ctx, job, &events);
+            continue;
+        }
+        let paused = ctx.stats.is_paused() && !ctx.cancel.load(Ordering::Relaxed);
+        let Some(tx) = loaded_tx.as_ref().filter(|_| !paused) else {
+            if paused {
+                if let Ok(job) = loaded.recv_timeout(Duration::from_millis(50)) {
+                    writer.finish(ctx, job, &events);
+                }
+                continue;
+            }
+            match loaded.recv() {
+                Ok(job) => writer.finish(ctx, job, &events),
+                Err(_) => return,
+            }
+            continue;
+        };
+        crossbeam_channel::select! {
+            recv(loaded) -> job => {
+                if let Ok(job) = job {
+                    writer.finish(ctx, job, &events);
+                }
+            }
+            recv(scan) -> item => match item {
+                Ok(item) => {
+                    let mut wait = SlotWait::Finish {
+                        writer: &mut writer,
+                        queued: &loaded,
+                        events: &events,
+                    };
+                    loader.load(ctx, item, tx, &events, &mut wait);
+                }
+                Err(_) => loaded_tx = None,
+            },
         }
     }
 }
@@ -174,6 +292,7 @@ fn load_file(
     events: &Sender<Event>,
     rec: &crate::stats::Recorder,
     scratch: &mut Vec<u8>,
+    wait: &mut SlotWait,
 ) {
     let t0 = Instant::now();
     let limits = DecodeLimits {
@@ -265,7 +384,7 @@ fn load_file(
                 continue;
             }
         };
-        let Some(mut slot) = ctx.pool.take() else {
+        let Some(mut slot) = wait.take(ctx) else {
             fail(Stage::Decode, "slot ring closed".into());
             return;
         };

@@ -74,26 +74,34 @@ pub enum Pool {
     Loaders,
     RenderWorkers,
     Writers,
+    /// Threads that load frames and finish them (the shared layout).
+    Shared,
 }
 
 impl Pool {
     /// All pools in pipeline order.
-    pub const ALL: [Pool; 4] = [
+    pub const ALL: [Pool; 5] = [
         Pool::Scan,
         Pool::Loaders,
         Pool::RenderWorkers,
         Pool::Writers,
+        Pool::Shared,
     ];
 
-    /// The pool whose threads run `stage`; `render_on_writers` when the writers render each
-    /// frame themselves (the CPU backend's default) instead of render workers.
-    pub fn of(stage: StageId, render_on_writers: bool) -> Pool {
+    /// The pool whose threads run `stage` in `layout`.
+    pub fn of(stage: StageId, layout: ThreadLayout) -> Pool {
+        let finishing = if layout.shared {
+            Pool::Shared
+        } else {
+            Pool::Writers
+        };
         match stage {
             StageId::Scan => Pool::Scan,
+            StageId::ReadDecode if layout.shared => Pool::Shared,
             StageId::ReadDecode => Pool::Loaders,
-            StageId::Compute if render_on_writers => Pool::Writers,
+            StageId::Compute if layout.render_on_writers => finishing,
             StageId::TransferIn | StageId::Compute | StageId::TransferOut => Pool::RenderWorkers,
-            StageId::Encode | StageId::Write => Pool::Writers,
+            StageId::Encode | StageId::Write => finishing,
         }
     }
 
@@ -104,8 +112,18 @@ impl Pool {
             Pool::Loaders => "loaders",
             Pool::RenderWorkers => "render workers",
             Pool::Writers => "writers",
+            Pool::Shared => "shared threads",
         }
     }
+}
+
+/// Which threads run which stages, as far as the statistics need it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ThreadLayout {
+    /// The threads that encode and write also render (there are no render workers).
+    pub render_on_writers: bool,
+    /// The threads that encode and write also load (the shared layout).
+    pub shared: bool,
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -202,7 +220,7 @@ pub struct Stats {
     gpu: Mutex<Option<GpuFigures>>,
     paused: std::sync::atomic::AtomicBool,
     finished: std::sync::atomic::AtomicBool,
-    render_on_writers: std::sync::atomic::AtomicBool,
+    layout: Mutex<ThreadLayout>,
 }
 
 /// Errors kept for display.
@@ -221,7 +239,7 @@ impl Default for Stats {
             gpu: Mutex::new(None),
             paused: Default::default(),
             finished: Default::default(),
-            render_on_writers: Default::default(),
+            layout: Mutex::new(ThreadLayout::default()),
         }
     }
 }
@@ -296,15 +314,17 @@ impl Stats {
         self.paused.load(Ordering::Relaxed)
     }
 
-    /// Says that the writer threads render each frame themselves (no render workers), so the
-    /// compute stage counts toward the writers' pool.
-    pub fn set_render_on_writers(&self, yes: bool) {
-        self.render_on_writers.store(yes, Ordering::Relaxed);
+    /// Says which threads run which stages, so each stage's time counts toward the pool of
+    /// threads that ran it.
+    pub fn set_layout(&self, layout: ThreadLayout) {
+        if let Ok(mut l) = self.layout.lock() {
+            *l = layout;
+        }
     }
 
-    /// Whether the writer threads render (see [`Stats::set_render_on_writers`]).
-    pub fn render_on_writers(&self) -> bool {
-        self.render_on_writers.load(Ordering::Relaxed)
+    /// See [`Stats::set_layout`].
+    pub fn layout(&self) -> ThreadLayout {
+        self.layout.lock().map(|l| *l).unwrap_or_default()
     }
 
     /// Marks the run as finished (readers stop ticking).
@@ -351,7 +371,8 @@ impl Stats {
                 StageSnapshot::from_slot(id.name().to_string(), slot, elapsed)
             })
             .collect();
-        let pools = PoolSnapshot::from_stages(&stages, elapsed, self.render_on_writers());
+        let layout = self.layout();
+        let pools = PoolSnapshot::from_stages(&stages, elapsed, layout);
         let overlap = overlap(&pools, elapsed);
         let latency = StageSnapshot::from_slot("latency".into(), &self.latency, elapsed);
         let gauges = self.gauges();
@@ -365,7 +386,8 @@ impl Stats {
             elapsed,
             stages,
             pools,
-            render_on_writers: self.render_on_writers(),
+            render_on_writers: layout.render_on_writers,
+            shared_threads: layout.shared,
             overlap,
             latency,
             gauges,
@@ -480,7 +502,7 @@ impl PoolSnapshot {
     fn from_stages(
         stages: &[StageSnapshot],
         elapsed: Duration,
-        render_on_writers: bool,
+        layout: ThreadLayout,
     ) -> Vec<PoolSnapshot> {
         let secs = elapsed.as_secs_f64().max(1e-9);
         Pool::ALL
@@ -490,9 +512,7 @@ impl PoolSnapshot {
                     StageId::ALL
                         .iter()
                         .zip(stages)
-                        .filter(move |(id, st)| {
-                            Pool::of(**id, render_on_writers) == pool && st.count > 0
-                        })
+                        .filter(move |(id, st)| Pool::of(**id, layout) == pool && st.count > 0)
                         .map(|(_, st)| st)
                 };
                 let workers = mine().map(|st| st.workers).max()?;
@@ -544,9 +564,11 @@ pub struct Snapshot {
     pub stages: Vec<StageSnapshot>,
     /// The thread pools (loaders, render workers, writers), merged from their stages.
     pub pools: Vec<PoolSnapshot>,
-    /// The writers render each frame themselves (no render workers; the compute stage is part
-    /// of the writers' pool).
+    /// The threads that encode and write render each frame themselves (no render workers; the
+    /// compute stage is part of their pool).
     pub render_on_writers: bool,
+    /// One pool of threads loaded and finished the frames (the shared layout).
+    pub shared_threads: bool,
     pub overlap: Option<Overlap>,
     pub latency: StageSnapshot,
     pub gauges: Vec<GaugeSnapshot>,
@@ -668,30 +690,53 @@ mod tests {
     }
 
     #[test]
-    fn compute_joins_the_writers_when_they_render() {
-        for on_writers in [false, true] {
+    fn each_stage_counts_toward_the_threads_that_ran_it() {
+        let cases = [
+            (
+                false,
+                false,
+                vec![
+                    (Pool::Loaders, 20),
+                    (Pool::RenderWorkers, 10),
+                    (Pool::Writers, 30),
+                ],
+            ),
+            (true, false, vec![(Pool::Loaders, 20), (Pool::Writers, 40)]),
+            (true, true, vec![(Pool::Shared, 60)]),
+            (
+                false,
+                true,
+                vec![(Pool::RenderWorkers, 10), (Pool::Shared, 50)],
+            ),
+        ];
+        for (render_on_writers, shared, expected) in cases {
             let stats = Stats::new();
-            stats.set_render_on_writers(on_writers);
-            let (compute, encode) = (
+            let layout = ThreadLayout {
+                render_on_writers,
+                shared,
+            };
+            stats.set_layout(layout);
+            let (load, compute, encode) = (
+                stats.recorder(StageId::ReadDecode),
                 stats.recorder(StageId::Compute),
                 stats.recorder(StageId::Encode),
             );
             for _ in 0..10 {
+                load.record(Duration::from_millis(2));
                 compute.record(Duration::from_millis(1));
                 encode.record(Duration::from_millis(3));
             }
             let s = stats.snapshot();
-            assert_eq!(s.render_on_writers, on_writers);
+            assert_eq!(
+                (s.render_on_writers, s.shared_threads),
+                (render_on_writers, shared)
+            );
             let busy: Vec<_> = s
                 .pools
                 .iter()
                 .map(|p| (p.pool, (p.busy_s * 1e3).round() as u64))
                 .collect();
-            if on_writers {
-                assert_eq!(busy, [(Pool::Writers, 40)]);
-            } else {
-                assert_eq!(busy, [(Pool::RenderWorkers, 10), (Pool::Writers, 30)]);
-            }
+            assert_eq!(busy, expected, "{layout:?}");
         }
     }
 
