@@ -230,11 +230,21 @@ fn every_thread_layout_writes_the_same_bytes() {
         stderr
     };
     // Each layout: its arguments, and the thread line of its summary.
-    let layouts: [(&str, &[&str], &str); 4] = [
+    let layouts: [(&str, &[&str], &str); 6] = [
         (
             "shared",
             &[],
             "2 shared (each loads, renders, encodes and writes)",
+        ),
+        (
+            "shared-2-slots",
+            &["--slots", "2"],
+            "2 shared (each loads, renders, encodes and writes); slots 2",
+        ),
+        (
+            "shared-workers-2-slots",
+            &["--layout", "shared", "--workers", "3", "--slots", "2"],
+            "2 shared (each loads, encodes and writes), workers 3; slots 2",
         ),
         (
             "stages",

@@ -257,10 +257,16 @@ impl SlotPool {
         self.free_rx.recv_timeout(timeout).ok()
     }
 
-    /// Waits for a free slot or a message on `other`, whichever comes first (a thread that can
-    /// make a slot free itself, by finishing a queued frame, waits this way). When `other` is
-    /// closed it waits for a slot alone.
+    /// A free slot if there is one, else waits for a free slot or a message on `other`,
+    /// whichever comes first (a thread that can make a slot free itself, by finishing a queued
+    /// frame, waits this way). When `other` is closed it waits for a slot alone.
     pub fn take_or<T>(&self, other: &Receiver<T>) -> TakeOr<T> {
+        // A free slot first: `select!` picks at random among ready operations, and a loading
+        // thread that took back the frame it had just queued would keep it from the threads
+        // waiting for work (a multi-frame file then ran on one thread: BENCHMARKS.md item 29).
+        if let Ok(slot) = self.free_rx.try_recv() {
+            return TakeOr::Slot(slot);
+        }
         crossbeam_channel::select! {
             recv(self.free_rx) -> slot => match slot {
                 Ok(slot) => TakeOr::Slot(slot),
@@ -318,6 +324,31 @@ mod tests {
         assert_eq!(pool.free(), 1);
         pool.give_back(b);
         assert_eq!(pool.free(), 2);
+    }
+
+    #[test]
+    fn take_or_prefers_a_free_slot_and_otherwise_takes_the_message() {
+        let pool = SlotPool::new(1, 16, 16, Arc::new(HeapAllocator::default())).unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        tx.send(7).unwrap();
+        // Both are ready: the slot wins, the message stays queued.
+        let TakeOr::Slot(slot) = pool.take_or(&rx) else {
+            panic!("a free slot must come first");
+        };
+        assert_eq!(rx.len(), 1);
+        // No slot free: the message.
+        assert!(matches!(pool.take_or(&rx), TakeOr::Other(7)));
+        // The other side closed and no slot free yet: waits for the slot.
+        drop(tx);
+        let giver = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                pool.give_back(slot);
+            })
+        };
+        assert!(matches!(pool.take_or(&rx), TakeOr::Slot(_)));
+        giver.join().unwrap();
     }
 
     #[test]
