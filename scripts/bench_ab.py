@@ -13,7 +13,7 @@ ARGS are `dicomflow run` arguments, shell-quoted; leading NAME=VALUE words are s
 environment of that run only, and a leading @PATH word runs the binary at PATH instead of
 DICOMFLOW (to compare two builds). Every run writes WORK/o (removed first) and a report; one row is
 printed per run, then the medians per size and configuration: wall s (whole command), pipeline s
-(the report's elapsed), overlap (the report's pool figure), the busiest pool and how busy, and
+(the report's elapsed; --keep-reports DIR keeps every report), overlap (the report's pool figure), the busiest pool and how busy, and
 p50/p95 latency.
 """
 import argparse, json, os, shlex, shutil, statistics, subprocess, sys, time
@@ -38,6 +38,8 @@ def main():
     ap.add_argument("dicomflow")
     ap.add_argument("work")
     ap.add_argument("--sizes", default="512:1000,2000:1000")
+    ap.add_argument("--keep-reports", metavar="DIR",
+                    help="copy every run's report to DIR/SIZE-LABEL-ROUND.json")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--config", action="append", required=True)
     ap.add_argument("--pause", type=float, default=0.5, help="seconds between runs")
@@ -61,7 +63,7 @@ def main():
         # One throw-away run per series: the first process after synth pays for cold caches.
         subprocess.run([configs[0][2], "-q", "run", d, "-o", out] + configs[0][3], check=False,
                        env={**os.environ, **configs[0][1]})
-        for _ in range(a.rounds):
+        for round_ in range(a.rounds):
             for label, env, binary, args in configs:
                 shutil.rmtree(out, ignore_errors=True)
                 if os.path.exists(report):
@@ -75,6 +77,10 @@ def main():
                     print(f"{size:>5} {label:<24} failed (exit {p.returncode})", flush=True)
                     continue
                 r = json.load(open(report))
+                if a.keep_reports:
+                    os.makedirs(a.keep_reports, exist_ok=True)
+                    name = f"{size}-{label.replace(' ', '_')}-{round_}.json"
+                    shutil.copy(report, os.path.join(a.keep_reports, name))
                 st = r["statistics"]
                 pools = {q["pool"]: q for q in st["pools"]}
                 busiest = st["overlap"]["busiest"]
