@@ -210,8 +210,7 @@ pub enum Transfer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Layout {
-    /// `shared` when the frames need no render workers (the CPU backend) and no loader count
-    /// is given; `stages` otherwise.
+    /// `shared` unless a loader count is given.
     Auto,
     /// A pool per stage: loaders, render workers (when the backend has them), writers.
     Stages,

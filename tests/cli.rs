@@ -206,7 +206,7 @@ fn inspect_explains_windows_and_the_choice() {
 
 #[test]
 fn every_thread_layout_writes_the_same_bytes() {
-    // The CPU backend runs the shared layout by default (threads that load, render, encode
+    // The shared layout is the default (on the CPU backend its threads load, render, encode
     // and write); `--layout stages` gives loaders and writers that render, and `--workers N`
     // separate render workers, in either layout. All must write the same files.
     let root = tempdir("cli-render-on-writers");
@@ -243,7 +243,7 @@ fn every_thread_layout_writes_the_same_bytes() {
         ),
         (
             "shared-workers-2-slots",
-            &["--layout", "shared", "--workers", "3", "--slots", "2"],
+            &["--workers", "3", "--slots", "2"],
             "2 shared (each loads, encodes and writes), workers 3; slots 2",
         ),
         (
@@ -251,10 +251,14 @@ fn every_thread_layout_writes_the_same_bytes() {
             &["--layout", "stages", "--loaders", "1"],
             "loaders 1, writers 2 (each renders, encodes and writes)",
         ),
-        ("workers", &["--workers", "2"], "workers 2, writers 2"),
+        (
+            "stages-workers",
+            &["--layout", "stages", "--workers", "2"],
+            "workers 2, writers 2",
+        ),
         (
             "shared-workers",
-            &["--layout", "shared", "--workers", "2"],
+            &["--workers", "2"],
             "2 shared (each loads, encodes and writes), workers 2",
         ),
     ];

@@ -58,10 +58,12 @@ impl Sizing {
         let shared = match settings.layout {
             Layout::Shared => true,
             Layout::Stages => false,
-            // Threads that each do everything to a frame beat a pool per stage when there is
-            // no render worker between them: 3–14 % faster on the 2-core box, where loaders
-            // and writers otherwise take cores from each other (optimization log item 29).
-            Layout::Auto => workers == 0 && settings.loaders == 0,
+            // Threads that load and finish frames beat a pool per stage: no thread waits for
+            // work another stage's thread could have given it. H200 host, 1000 × 2000²:
+            // pipeline −16 % beside the GPU, −6 % on the CPU backend; 4000 × 512² −14 % / a
+            // tie; 2-core box −2 to −6 % (optimization log item 29). A loader count asks for
+            // stages.
+            Layout::Auto => settings.loaders == 0,
         };
         // The threads that finish frames take the cores the other threads leave: beside
         // render workers (a GPU backend's workers spin on cores while their kernels run)
@@ -411,22 +413,24 @@ mod tests {
             with(Layout::Stages),
             with(Layout::Shared),
         );
-        // The CPU backend (its writers render) shares: one thread per core loads and finishes.
+        // Shared by default. The CPU backend (its writers render): one thread per core loads
+        // and finishes.
         assert_eq!(sizes(&auto, 0, 16), (true, 0, 0, 16, 18));
         assert_eq!(sizes(&auto, 0, 2), (true, 0, 0, 2, 4));
+        // Beside GPU render workers (2 streams): the cores the workers leave, at least half.
+        assert_eq!(sizes(&auto, 2, 16), (true, 0, 2, 14, 20));
+        assert_eq!(sizes(&auto, 4, 4), (true, 0, 4, 2, 12));
         // In stages, a quarter of the cores load, the writers get the rest less half a core
         // per loader.
         assert_eq!(sizes(&stages, 0, 16), (false, 4, 0, 14, 20));
         assert_eq!(sizes(&stages, 0, 2), (false, 1, 0, 2, 5));
-        // GPU render workers (2 streams): stages; 3/8 of the cores load, the writers take the
-        // rest, at least half the cores.
-        assert_eq!(sizes(&auto, 2, 16), (false, 6, 2, 8, 20));
-        assert_eq!(sizes(&auto, 4, 32), (false, 12, 4, 16, 38));
-        assert_eq!(sizes(&auto, 2, 4), (false, 1, 2, 2, 9));
-        assert_eq!(sizes(&auto, 2, 2), (false, 1, 2, 1, 8));
-        // Shared beside render workers: the cores the workers leave, at least half.
-        assert_eq!(sizes(&shared, 2, 16), (true, 0, 2, 14, 20));
-        assert_eq!(sizes(&shared, 4, 4), (true, 0, 4, 2, 12));
+        // Stages beside GPU render workers: 3/8 of the cores load, the writers take the rest,
+        // at least half the cores.
+        assert_eq!(sizes(&stages, 2, 16), (false, 6, 2, 8, 20));
+        assert_eq!(sizes(&stages, 4, 32), (false, 12, 4, 16, 38));
+        assert_eq!(sizes(&stages, 2, 4), (false, 1, 2, 2, 9));
+        assert_eq!(sizes(&stages, 2, 2), (false, 1, 2, 1, 8));
+        assert_eq!(sizes(&shared, 2, 2), (true, 0, 2, 1, 7));
         // An explicit count is taken as it is, and a loader count keeps `auto` in stages.
         let fixed = Settings {
             loaders: 3,
