@@ -20,7 +20,12 @@ use dicomflow::decode::{probe, DecodeLimits, ImageFile, Probe};
 use dicomflow::render::spec::WindowSpec;
 use dicomflow::render::{plan_frame, RenderOptions};
 
-/// Where the bytes are written: the loader works on files (positioned reads).
+const SCRATCH_PREFIX: &str = "dicomflow-fuzz-";
+
+/// Where the bytes are written: the loader works on files (positioned reads). One file per
+/// process; libFuzzer ends a process without running destructors (on a finding, a timeout,
+/// or each child of `-fork`), so each new process removes the files of processes that are
+/// gone instead.
 fn scratch_path() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
@@ -30,8 +35,29 @@ fn scratch_path() -> &'static PathBuf {
         } else {
             std::env::temp_dir()
         };
-        dir.join(format!("dicomflow-fuzz-{}.dcm", std::process::id()))
+        remove_orphans(&dir);
+        dir.join(format!("{SCRATCH_PREFIX}{}.dcm", std::process::id()))
     })
+}
+
+/// Removes scratch files whose process no longer exists (Linux: no `/proc/PID`).
+fn remove_orphans(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
+            .and_then(|n| n.strip_suffix(".dcm"))
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
 }
 
 fuzz_target!(|data: &[u8]| {
