@@ -338,7 +338,7 @@ pub fn run(
         }
         // The shared layout's threads load too: they keep the scan's receiver and a sender of
         // loaded frames until the scan is done.
-        let shared_loading = sizing.shared.then(|| (scan_rx, load_tx));
+        let shared_loading = sizing.shared.then_some((scan_rx, load_tx));
         for (i, worker) in render_workers.into_iter().enumerate() {
             let (rx, tx, ev) = (load_rx.clone(), done_tx.clone(), event_tx.clone());
             spawn_named(
