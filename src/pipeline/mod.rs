@@ -2,6 +2,10 @@
 //! with frames travelling in slots from a fixed ring. Every stage runs at once; a full
 //! channel or an empty ring blocks the stage upstream (backpressure, never dropping data).
 //! Each input frame ends as exactly one output or one reported error.
+//!
+//! Two layouts of the threads ([`Sizing::shared`]): a pool per stage, or (the default) one
+//! pool of threads that each load frames and finish them, with the render workers, when the
+//! backend has them, between their hand-offs.
 
 pub mod events;
 pub mod slot;
@@ -70,12 +74,6 @@ impl Sizing {
         // every loader and worker counts whole, and at least half the cores stay for writers.
         let finishing_threads = |others: usize| cores.saturating_sub(others).max(cores / 2).max(1);
         if shared {
-            if settings.loaders > 0 {
-                tracing::warn!(
-                    "pipeline.loaders = {} is not used: in the shared layout the writer threads load",
-                    settings.loaders
-                );
-            }
             let writers = if settings.writers > 0 {
                 settings.writers
             } else {
@@ -221,6 +219,12 @@ pub fn run(
 ) -> Result<RunResult, FatalError> {
     let started = Instant::now();
     let sizing = Sizing::from_settings(settings, backend.as_ref());
+    if sizing.shared && settings.loaders > 0 {
+        tracing::warn!(
+            "pipeline.loaders = {} is not used: in the shared layout the writer threads load",
+            settings.loaders
+        );
+    }
     std::fs::create_dir_all(&settings.output_dir).map_err(|source| FatalError::OutputDir {
         path: settings.output_dir.clone(),
         source,

@@ -198,9 +198,9 @@ impl SlotWait<'_> {
 
 /// The body of a thread that both loads and finishes frames (`Layout::Shared`): it finishes
 /// the frames already loaded first (they hold slots, and a frame this thread has just loaded
-/// is still in its core's cache), and loads the next file only when none is waiting. No
-/// thread of this layout waits while there is work, so on a machine with few cores none of
-/// them idles while another stage's thread holds a core.
+/// is still in its core's cache), and loads the next file only when none is waiting. A thread
+/// of this layout waits only when it has nothing it could do, so on a machine with few cores
+/// none of them idles while another stage's thread holds a core.
 pub(crate) fn shared_stage(
     ctx: &Context,
     renderer: Option<Box<dyn RenderWorker>>,
@@ -234,11 +234,12 @@ pub(crate) fn shared_stage(
             continue;
         };
         crossbeam_channel::select! {
-            recv(loaded) -> job => {
-                if let Ok(job) = job {
-                    writer.finish(ctx, job, &events);
-                }
-            }
+            recv(loaded) -> job => match job {
+                Ok(job) => writer.finish(ctx, job, &events),
+                // Only if every render worker is gone while this thread still loads: nothing
+                // it loads could be finished, so it stops (and with it, its hold on the scan).
+                Err(_) => return,
+            },
             recv(scan) -> item => match item {
                 Ok(item) => {
                     let mut wait = SlotWait::Finish {
