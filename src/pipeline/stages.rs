@@ -322,7 +322,6 @@ fn load_file(
             return;
         }
     };
-    let opened = Instant::now();
     let info = file.info.clone();
     let outputs = output_paths(ctx, c, &info);
     let _ = events.send(Event::FileStarted {
@@ -343,6 +342,9 @@ fn load_file(
     let frame_bytes = info.frame_bytes() as usize;
     for (f, output) in outputs.into_iter().enumerate() {
         let frame = f as u32;
+        // The frame's busy time starts here (at the file's open for the first frame: its
+        // header, output names and plan are work for this frame too).
+        let t_frame = if f == 0 { t0 } else { Instant::now() };
         if ctx.cancel.load(Ordering::Relaxed) {
             let _ = events.send(Event::FrameCancelled { id: c.id, frame });
             continue;
@@ -385,10 +387,12 @@ fn load_file(
                 continue;
             }
         };
+        let t_wait = Instant::now();
         let Some(mut slot) = wait.take(ctx) else {
             fail(Stage::Decode, "slot ring closed".into());
             return;
         };
+        let waited = t_wait.elapsed();
         if let Err(e) = slot.reserve(frame_bytes, plan.output_capacity()) {
             ctx.pool.give_back(slot);
             fail(
@@ -405,28 +409,28 @@ fn load_file(
             continue;
         }
         let end = Instant::now();
-        // Busy time excludes waiting for a free slot (that is backpressure, not decoding);
-        // the first frame carries the header parse.
-        let header = if f == 0 { opened - t0 } else { Duration::ZERO };
-        rec.record(header + (end - t_read));
+        // Busy time is everything this thread did for the frame but wait for a free slot
+        // (that is backpressure, not decoding, and a shared thread finishes other frames
+        // meanwhile, timed as theirs): the header parse, output names, plan and read.
+        rec.record((end - t_frame).saturating_sub(waited));
         ctx.stats
             .totals
             .bytes_in
             .fetch_add(frame_bytes as u64, Ordering::Relaxed);
         let label = match &ctx.tracer {
             Some(t) => {
-                // The header parse and the frame's read, not the wait for a free slot between
-                // them (the stage's figures leave that wait out too).
+                // The header parse (and output names, plan) and the frame's read, not the wait
+                // for a free slot between them (the stage's figures leave that wait out too).
                 if f == 0 {
                     t.span(
                         StageId::ReadDecode,
                         &format!("{} header", c.rel.display()),
                         t0,
-                        opened,
+                        t_wait,
                     );
                 }
                 let label = format!("{}#{}", c.rel.display(), frame + 1);
-                t.span(StageId::ReadDecode, &label, t_read, end);
+                t.span(StageId::ReadDecode, &label, t_wait + waited, end);
                 label
             }
             None => String::new(),
