@@ -385,10 +385,11 @@ pub fn run(
         }
         Ok(())
     })?;
+    // The last frame is done: the statistics' clock stops here.
+    stats.set_finished();
     // Final GPU figures, and the backend's description after the run (e.g. the strategy
     // that `transfer = auto` measured and chose).
     backend.finish();
-    stats.set_finished();
     Ok(collector.finish(
         backend.info(),
         sizing,

@@ -220,6 +220,8 @@ pub struct Stats {
     gpu: Mutex<Option<GpuFigures>>,
     paused: std::sync::atomic::AtomicBool,
     finished: std::sync::atomic::AtomicBool,
+    /// When the run finished: the clock stops there.
+    finished_at: std::sync::OnceLock<Instant>,
     layout: Mutex<ThreadLayout>,
 }
 
@@ -239,6 +241,7 @@ impl Default for Stats {
             gpu: Mutex::new(None),
             paused: Default::default(),
             finished: Default::default(),
+            finished_at: std::sync::OnceLock::new(),
             layout: Mutex::new(ThreadLayout::default()),
         }
     }
@@ -327,8 +330,11 @@ impl Stats {
         self.layout.lock().map(|l| *l).unwrap_or_default()
     }
 
-    /// Marks the run as finished (readers stop ticking).
+    /// Marks the run as finished (readers stop ticking) and stops the clock: what comes
+    /// after (the final GPU figures, the per-file results, the report) is not the pipeline's
+    /// time.
     pub fn set_finished(&self) {
+        let _ = self.finished_at.set(Instant::now());
         self.finished.store(true, Ordering::Relaxed);
     }
 
@@ -339,7 +345,10 @@ impl Stats {
 
     /// Time since the run started.
     pub fn elapsed(&self) -> Duration {
-        self.start.elapsed()
+        match self.finished_at.get() {
+            Some(end) => end.saturating_duration_since(self.start),
+            None => self.start.elapsed(),
+        }
     }
 
     /// Samples only the gauges (cheap; for trace counters when nothing else is displayed).
@@ -738,6 +747,19 @@ mod tests {
                 .collect();
             assert_eq!(busy, expected, "{layout:?}");
         }
+    }
+
+    #[test]
+    fn the_clock_stops_when_the_run_finishes() {
+        let stats = Stats::new();
+        std::thread::sleep(Duration::from_millis(5));
+        stats.set_finished();
+        let at_finish = stats.elapsed();
+        assert!(at_finish >= Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(5));
+        stats.set_finished();
+        assert_eq!(stats.elapsed(), at_finish);
+        assert_eq!(stats.snapshot().elapsed, at_finish);
     }
 
     #[test]
