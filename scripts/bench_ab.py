@@ -88,16 +88,15 @@ def main():
                 row = dict(wall=wall, pipe=st["elapsed"], overlap=st["overlap"]["ratio"],
                            busy=pools[busiest]["busy_fraction"] if busiest in pools else 0.0,
                            p50=lat.get("p50_ms", 0.0), p95=lat.get("p95_ms", 0.0))
-                rows.setdefault((size, label), []).append(row)
+                rows.setdefault((size, n, label), []).append(row)
                 print(f"{size:>5} {label:<24} {wall:7.3f} {row['pipe']:7.3f} {row['overlap']:7.3f} "
                       f"{busiest + ' ' + format(row['busy'], '.0%'):<18} {row['p50']:5.1f} "
                       f"{row['p95']:5.1f}", flush=True)
     print(f"\nmedians ({a.rounds} alternating rounds)")
     print(f"{'size':>5} {'config':<24} {'runs':>4} {'wall s':>7} {'pipe s':>7} {'slices/s':>9} "
           f"{'overlap':>7} {'ov. range':>11} {'p50':>5} {'p95':>5}")
-    for (size, label), rs in rows.items():
+    for (size, n, label), rs in rows.items():
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-        n = next(n for s, n, _ in series if s == size)
         ovs = [r["overlap"] for r in rs]
         print(f"{size:>5} {label:<24} {len(rs):>4} {med['wall']:7.3f} {med['pipe']:7.3f} "
               f"{n / med['wall']:9.1f} {med['overlap']:7.3f} {min(ovs):5.2f}-{max(ovs):4.2f} "
