@@ -93,12 +93,12 @@ def main():
                       f"{busiest + ' ' + format(row['busy'], '.0%'):<18} {row['p50']:5.1f} "
                       f"{row['p95']:5.1f}", flush=True)
     print(f"\nmedians ({a.rounds} alternating rounds)")
-    print(f"{'size':>5} {'config':<24} {'runs':>4} {'wall s':>7} {'pipe s':>7} {'slices/s':>9} "
+    print(f"{'size:slices':>11} {'config':<24} {'runs':>4} {'wall s':>7} {'pipe s':>7} {'slices/s':>9} "
           f"{'overlap':>7} {'ov. range':>11} {'p50':>5} {'p95':>5}")
     for (size, n, label), rs in rows.items():
         med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
         ovs = [r["overlap"] for r in rs]
-        print(f"{size:>5} {label:<24} {len(rs):>4} {med['wall']:7.3f} {med['pipe']:7.3f} "
+        print(f"{f'{size}:{n}':>11} {label:<24} {len(rs):>4} {med['wall']:7.3f} {med['pipe']:7.3f} "
               f"{n / med['wall']:9.1f} {med['overlap']:7.3f} {min(ovs):5.2f}-{max(ovs):4.2f} "
               f"{med['p50']:5.1f} {med['p95']:5.1f}")
 
