@@ -136,6 +136,12 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
             String::new()
         }
     );
+    if result.exit_code() == crate::pipeline::events::EXIT_INTERRUPTED {
+        let _ = writeln!(
+            s,
+            "  stopped before every input was done (exit 130); run again with --skip-existing to complete it"
+        );
+    }
     let _ = writeln!(s, "  frames: {} written, {} already present, {} failed; {} in {:.2} s ({:.1} frames/s); output {}",
         t.frames_written, t.frames_existing, t.frames_failed, t.frames_written + t.frames_existing,
         secs, t.frames_written as f64 / secs, mb(t.output_bytes));

@@ -157,3 +157,111 @@ fn kill_9_leaves_no_partial_output_and_skip_existing_completes_the_rest() {
     assert_eq!(totals["files_failed"].as_u64().unwrap(), 0);
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn sigterm_finishes_the_slices_in_flight_exits_130_and_skip_existing_completes_the_run() {
+    const SLICES: usize = 600;
+    let root = tempdir("sigterm");
+    let input = root.join("in");
+    let out = root.join("out");
+    let status = Command::new(bin())
+        .args([
+            "synth",
+            input.to_str().unwrap(),
+            "--size",
+            "128",
+            "--slices",
+        ])
+        .arg(SLICES.to_string())
+        .arg("-q")
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    // The default (shared) layout, slowed by the slowest PNG setting so that the signal lands
+    // in the middle of the run.
+    let report = root.join("stopped.json");
+    let mut child = Command::new(bin())
+        .args([
+            "run",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--no-tui",
+            "--png-compression",
+            "best",
+            "--report",
+        ])
+        .arg(&report)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while pngs(&out).len() < 40 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "run produced no output"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "run ended before the signal"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let stopped = child.wait_with_output().unwrap();
+    let summary = String::from_utf8_lossy(&stopped.stderr);
+    assert_eq!(
+        stopped.status.code(),
+        Some(130),
+        "a stopped run is not a success:\n{summary}"
+    );
+    assert!(
+        summary.contains("stopped before every input was done")
+            && summary.contains("--skip-existing"),
+        "{summary}"
+    );
+
+    // Only complete outputs, and the report accounts for every file: written or cancelled.
+    for name in all_entries(&out) {
+        assert!(
+            name.ends_with(".png"),
+            "unexpected file after SIGTERM: {name}"
+        );
+    }
+    let written = pngs(&out);
+    assert!(written.len() < SLICES, "the run finished before the signal");
+    for p in &written {
+        assert!(decodes_completely(p), "partial output {}", p.display());
+    }
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let totals = &r["result"]["totals"];
+    assert_eq!(r["result"]["cancelled"], true);
+    assert_eq!(totals["files_failed"].as_u64(), Some(0));
+    assert_eq!(
+        totals["frames_written"].as_u64().unwrap() as usize,
+        written.len()
+    );
+    let cancelled = totals["files_cancelled"].as_u64().unwrap() as usize;
+    assert!(cancelled > 0);
+    assert!(written.len() + cancelled <= SLICES);
+
+    // The rest, later: exit 0 and every slice present.
+    let status = Command::new(bin())
+        .args([
+            "run",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-q",
+            "--no-tui",
+            "--skip-existing",
+        ])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(pngs(&out).len(), SLICES);
+    std::fs::remove_dir_all(&root).unwrap();
+}

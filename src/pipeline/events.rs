@@ -204,6 +204,9 @@ pub struct Totals {
     pub output_bytes: u64,
 }
 
+/// The exit status of a run stopped before every input was done.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
 impl RunResult {
     /// Files that failed wholly or partly.
     pub fn failed(&self) -> impl Iterator<Item = &FileRecord> {
@@ -212,10 +215,15 @@ impl RunResult {
             .filter(|f| matches!(f.status, FileStatus::Failed | FileStatus::Partial))
     }
 
-    /// 0 all good (a run the user stopped included), 1 some inputs failed.
+    /// 0 every input done, 1 some inputs failed, 130 (128 + SIGINT, the shell's convention)
+    /// stopped (Ctrl-C, SIGTERM, `q`) before every input was done, so a script's `&&` does not
+    /// go on with half the outputs; `--skip-existing` completes such a run.
     pub fn exit_code(&self) -> i32 {
         if self.totals.files_failed + self.totals.files_partial > 0 {
             1
+        } else if self.cancelled || self.totals.files_cancelled > 0 {
+            // `cancelled` too: a stopped scan leaves files it never found, which no count has.
+            EXIT_INTERRUPTED
         } else {
             0
         }
