@@ -447,6 +447,55 @@ mod tests {
     }
 
     #[test]
+    fn pause_holds_loading_in_every_layout_and_resume_finishes_the_run() {
+        let dir = crate::scratch_dir("pause");
+        let input = dir.join("in");
+        let opts = crate::synth::SynthOptions {
+            size: 64,
+            slices: 24,
+            ..Default::default()
+        };
+        crate::synth::write_series(&input, &opts).unwrap();
+        for layout in [Layout::Shared, Layout::Stages] {
+            let settings = Settings {
+                layout,
+                writers: 2,
+                output_dir: dir.join(format!("out-{layout:?}")),
+                ..Settings::default()
+            };
+            let stats = Stats::new();
+            stats.set_paused(true);
+            let cancel = Arc::new(AtomicBool::new(false));
+            let backend: Arc<dyn Backend> = Arc::new(crate::backend::cpu::CpuBackend::new("test"));
+            let result = std::thread::scope(|s| {
+                let run = s.spawn(|| {
+                    run(
+                        &settings,
+                        std::slice::from_ref(&input),
+                        backend,
+                        stats.clone(),
+                        cancel,
+                        None,
+                    )
+                });
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                assert_eq!(
+                    stats.snapshot().frames_done,
+                    0,
+                    "{layout:?} loaded while paused"
+                );
+                stats.set_paused(false);
+                run.join().unwrap()
+            })
+            .unwrap();
+            assert_eq!(result.totals.frames_written, 24, "{layout:?}");
+            assert_eq!(result.sizing.shared, layout == Layout::Shared);
+            assert_eq!(result.exit_code(), 0);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn slot_hint_sizes_slots_for_the_first_dicom_file() {
         let dir = crate::scratch_dir("slot-hint");
         std::fs::write(dir.join("0-notes.txt"), b"not DICOM").unwrap();
