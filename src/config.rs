@@ -702,6 +702,7 @@ mod tests {
             ("[output]\nformat = \"gif\"", "output.format", "gif"),
             ("[pipeline]\nslots = 1", "pipeline.slots", "1"),
             ("[pipeline]\nloaders = -3", "pipeline.loaders", "-3"),
+            ("[pipeline]\nlayout = \"fused\"", "pipeline.layout", "fused"),
             ("[gpu]\ntransfer = \"dma\"", "gpu.transfer", "dma"),
             ("[output]\njpeg_quality = 0", "output.jpeg_quality", "0"),
             ("[output]\nnaming = \"{../x}\"", "output.naming", "{../x}"),
@@ -748,12 +749,13 @@ mod tests {
     #[test]
     fn cli_overrides_file_which_overrides_defaults() {
         let file = Settings::parse_toml(
-            "[render]\nwindow = \"minmax\"\n[output]\nformat = \"bmp\"\n",
+            "[render]\nwindow = \"minmax\"\n[output]\nformat = \"bmp\"\n[pipeline]\nlayout = \"stages\"\n",
             &Origin::Defaults,
         )
         .unwrap();
         let mut cli = RawConfig::default();
         cli.render.window = Some("40,400".into());
+        cli.pipeline.layout = Some("shared".into());
         let mut s = Settings::default();
         s.apply(&file, &Origin::File("f.toml".into())).unwrap();
         s.apply(&cli, &Origin::Cli).unwrap();
@@ -766,6 +768,9 @@ mod tests {
         );
         assert_eq!(s.format, OutputFormat::Bmp);
         assert_eq!(s.png_compression, PngCompression::Fast);
+        assert_eq!(s.layout, Layout::Shared);
+        s.apply(&file, &Origin::File("f.toml".into())).unwrap();
+        assert_eq!(s.layout, Layout::Stages);
     }
 
     #[test]
