@@ -491,6 +491,34 @@ mod tests {
             assert_eq!(result.totals.frames_written, 24, "{layout:?}");
             assert_eq!(result.sizing.shared, layout == Layout::Shared);
             assert_eq!(result.exit_code(), 0);
+
+            // Nothing to load: the run ends although loading is paused.
+            let empty = dir.join("no-images");
+            std::fs::create_dir_all(&empty).unwrap();
+            std::fs::write(empty.join("notes.txt"), b"not DICOM").unwrap();
+            let stats = Stats::new();
+            stats.set_paused(true);
+            let backend: Arc<dyn Backend> = Arc::new(crate::backend::cpu::CpuBackend::new("test"));
+            let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let r = run(
+                        &settings,
+                        std::slice::from_ref(&empty),
+                        backend,
+                        stats.clone(),
+                        Arc::new(AtomicBool::new(false)),
+                        None,
+                    );
+                    let _ = done_tx.send(r.map(|r| r.totals.files_skipped));
+                });
+                let ended = done_rx.recv_timeout(std::time::Duration::from_secs(10));
+                stats.set_paused(false); // lets a stuck run end, so the test can fail cleanly
+                assert!(
+                    matches!(ended, Ok(Ok(1))),
+                    "{layout:?}: a paused run with nothing to load did not end"
+                );
+            });
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -161,6 +161,25 @@ impl Loader {
             );
         }
     }
+
+    /// [`load`](Self::load) for a thread that also finishes frames: while no slot is free it
+    /// finishes the frames waiting in `queued` with `writer`.
+    fn load_finishing(
+        &mut self,
+        ctx: &Context,
+        item: ScanItem,
+        tx: &Sender<Job>,
+        writer: &mut Writer,
+        queued: &Receiver<Job>,
+        events: &Sender<Event>,
+    ) {
+        let mut wait = SlotWait::Finish {
+            writer,
+            queued,
+            events,
+        };
+        self.load(ctx, item, tx, events, &mut wait);
+    }
 }
 
 /// What a loading thread does while every slot is in flight.
@@ -214,25 +233,45 @@ pub(crate) fn shared_stage(
     // Dropped once the scan has nothing more: the queue closes when every thread has
     // dropped its sender and the last frame has been taken.
     let mut loaded_tx = Some(loaded_tx);
+    // A file taken from the scan while loading was paused (so that the end of the scan is
+    // noticed, and the run can end, while paused), loaded when the pause ends.
+    let mut pending: Option<ScanItem> = None;
     loop {
         if let Ok(job) = loaded.try_recv() {
             writer.finish(ctx, job, &events);
             continue;
         }
-        let paused = ctx.stats.is_paused() && !ctx.cancel.load(Ordering::Relaxed);
-        let Some(tx) = loaded_tx.as_ref().filter(|_| !paused) else {
-            if paused {
-                if let Ok(job) = loaded.recv_timeout(Duration::from_millis(50)) {
-                    writer.finish(ctx, job, &events);
-                }
-                continue;
-            }
+        let Some(tx) = loaded_tx.as_ref() else {
+            // Nothing left to load: finish what comes until no thread can send any more.
             match loaded.recv() {
                 Ok(job) => writer.finish(ctx, job, &events),
                 Err(_) => return,
             }
             continue;
         };
+        if ctx.stats.is_paused() && !ctx.cancel.load(Ordering::Relaxed) {
+            if pending.is_none() {
+                match scan.try_recv() {
+                    Ok(item) => pending = Some(item),
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                        loaded_tx = None;
+                        continue;
+                    }
+                    Err(crossbeam_channel::TryRecvError::Empty) => {}
+                }
+            }
+            match loaded.recv_timeout(Duration::from_millis(50)) {
+                Ok(job) => writer.finish(ctx, job, &events),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                // Every render worker is gone: see below.
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            }
+            continue;
+        }
+        if let Some(item) = pending.take() {
+            loader.load_finishing(ctx, item, tx, &mut writer, &loaded, &events);
+            continue;
+        }
         crossbeam_channel::select! {
             recv(loaded) -> job => match job {
                 Ok(job) => writer.finish(ctx, job, &events),
@@ -241,14 +280,7 @@ pub(crate) fn shared_stage(
                 Err(_) => return,
             },
             recv(scan) -> item => match item {
-                Ok(item) => {
-                    let mut wait = SlotWait::Finish {
-                        writer: &mut writer,
-                        queued: &loaded,
-                        events: &events,
-                    };
-                    loader.load(ctx, item, tx, &events, &mut wait);
-                }
+                Ok(item) => loader.load_finishing(ctx, item, tx, &mut writer, &loaded, &events),
                 Err(_) => loaded_tx = None,
             },
         }
