@@ -64,9 +64,9 @@ impl Sizing {
             Layout::Stages => false,
             // Threads that load and finish frames beat a pool per stage: no thread waits for
             // work another stage's thread could have given it. H200 host, 1000 × 2000²:
-            // pipeline −16 % beside the GPU, −6 % on the CPU backend; 4000 × 512² −14 % / a
-            // tie; 2-core box −2 to −6 % (optimization log item 29). A loader count asks for
-            // stages.
+            // pipeline −12 to −21 % beside the GPU, −6 % on the CPU backend; 4000 × 512² −9 to
+            // −14 % / a tie; 2-core box −2 to −6 % (optimization log item 29). A loader count
+            // asks for stages.
             Layout::Auto => settings.loaders == 0,
         };
         // The threads that finish frames take the cores the other threads leave: beside
@@ -74,6 +74,8 @@ impl Sizing {
         // every loader and worker counts whole, and at least half the cores stay for writers.
         let finishing_threads = |others: usize| cores.saturating_sub(others).max(cores / 2).max(1);
         if shared {
+            // Beside 2 render workers on 16 cores that is 14: 16 threads were 3–8 % faster
+            // but left the 512² figure at 1.20–1.24, 12 were 11–18 % slower (item 29).
             let writers = if settings.writers > 0 {
                 settings.writers
             } else {
