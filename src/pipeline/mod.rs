@@ -74,7 +74,7 @@ impl Sizing {
         // every loader and worker counts whole, and at least half the cores stay for writers.
         let finishing_threads = |others: usize| cores.saturating_sub(others).max(cores / 2).max(1);
         if shared {
-            // Beside 2 render workers on 16 cores that is 14: 16 threads were 3–8 % faster
+            // Beside 2 render workers on 16 cores that is 14: 16 threads were 2–8 % faster
             // but left the 512² figure at 1.20–1.24, 12 were 11–18 % slower (item 29).
             let writers = if settings.writers > 0 {
                 settings.writers
