@@ -5,7 +5,7 @@ mod common;
 use common::{bin, tempdir};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 fn pngs(dir: &Path) -> Vec<PathBuf> {
@@ -44,12 +44,8 @@ fn decodes_completely(path: &Path) -> bool {
     reader.next_frame(&mut buf).is_ok() && reader.finish().is_ok()
 }
 
-#[test]
-fn kill_9_leaves_no_partial_output_and_skip_existing_completes_the_rest() {
-    const SLICES: usize = 600;
-    let root = tempdir("resume");
-    let input = root.join("in");
-    let out = root.join("out");
+/// A series of `slices` 128² slices in `input`.
+fn synth_series(input: &Path, slices: usize) {
     let status = Command::new(bin())
         .args([
             "synth",
@@ -58,72 +54,92 @@ fn kill_9_leaves_no_partial_output_and_skip_existing_completes_the_rest() {
             "128",
             "--slices",
         ])
-        .arg(SLICES.to_string())
+        .arg(slices.to_string())
         .arg("-q")
         .status()
         .unwrap();
     assert!(status.success());
+}
 
-    // One writer and the slowest PNG setting keep the run going long enough to be killed in
-    // the middle; the kill lands while writers are busy.
-    let mut child = Command::new(bin())
-        .args([
-            "run",
-            input.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "-q",
-            "--no-tui",
-        ])
-        .args(["--writers", "1", "--png-compression", "best"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+/// `dicomflow run INPUT -o OUT --no-tui`, to which a test adds its flags.
+fn run_command(input: &Path, out: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.args([
+        "run",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--no-tui",
+    ]);
+    c
+}
+
+/// Waits until `child` has written `n` outputs to `out`; fails if it ends first.
+fn wait_for_outputs(child: &mut Child, out: &Path, n: usize) {
     let start = Instant::now();
-    while pngs(&out).len() < 40 {
+    while pngs(out).len() < n {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "run produced no output"
         );
         assert!(
             child.try_wait().unwrap().is_none(),
-            "run ended before it could be killed"
+            "run ended before it could be stopped"
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// The outputs in `out` after a stopped run, asserting that they are nothing but complete
+/// PNGs: no partial file, no temporary name left behind.
+fn complete_outputs_after(out: &Path, what: &str) -> Vec<PathBuf> {
+    for name in all_entries(out) {
+        assert!(
+            name.ends_with(".png"),
+            "unexpected file after {what}: {name}"
+        );
+    }
+    let written = pngs(out);
+    for p in &written {
+        assert!(decodes_completely(p), "partial output {}", p.display());
+    }
+    written
+}
+
+#[test]
+fn kill_9_leaves_no_partial_output_and_skip_existing_completes_the_rest() {
+    const SLICES: usize = 600;
+    let root = tempdir("resume");
+    let input = root.join("in");
+    let out = root.join("out");
+    synth_series(&input, SLICES);
+
+    // One writer and the slowest PNG setting keep the run going long enough to be killed in
+    // the middle; the kill lands while writers are busy.
+    let mut child = run_command(&input, &out)
+        .args(["-q", "--writers", "1", "--png-compression", "best"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_outputs(&mut child, &out, 40);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
 
-    let before = pngs(&out);
+    let before = complete_outputs_after(&out, "kill");
     assert!(
         before.len() < SLICES,
         "the run finished before the kill ({} outputs)",
         before.len()
     );
-    // Nothing but complete PNGs: no partial file, no temporary name left behind.
-    for name in all_entries(&out) {
-        assert!(name.ends_with(".png"), "unexpected file after kill: {name}");
-    }
-    for p in &before {
-        assert!(decodes_completely(p), "partial output {}", p.display());
-    }
     let stamps: Vec<SystemTime> = before
         .iter()
         .map(|p| std::fs::metadata(p).unwrap().modified().unwrap())
         .collect();
 
     let report = root.join("report.json");
-    let status = Command::new(bin())
-        .args([
-            "run",
-            input.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "-q",
-            "--no-tui",
-        ])
-        .arg("--skip-existing")
+    let status = run_command(&input, &out)
+        .args(["-q", "--skip-existing"])
         .arg("--report")
         .arg(&report)
         .status()
@@ -164,51 +180,19 @@ fn sigterm_finishes_the_slices_in_flight_exits_130_and_skip_existing_completes_t
     let root = tempdir("sigterm");
     let input = root.join("in");
     let out = root.join("out");
-    let status = Command::new(bin())
-        .args([
-            "synth",
-            input.to_str().unwrap(),
-            "--size",
-            "128",
-            "--slices",
-        ])
-        .arg(SLICES.to_string())
-        .arg("-q")
-        .status()
-        .unwrap();
-    assert!(status.success());
+    synth_series(&input, SLICES);
 
     // The default (shared) layout, slowed by the slowest PNG setting so that the signal lands
     // in the middle of the run.
     let report = root.join("stopped.json");
-    let mut child = Command::new(bin())
-        .args([
-            "run",
-            input.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--no-tui",
-            "--png-compression",
-            "best",
-            "--report",
-        ])
+    let mut child = run_command(&input, &out)
+        .args(["--png-compression", "best", "--report"])
         .arg(&report)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while pngs(&out).len() < 40 {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "run produced no output"
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "run ended before the signal"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_for_outputs(&mut child, &out, 40);
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let stopped = child.wait_with_output().unwrap();
@@ -225,17 +209,8 @@ fn sigterm_finishes_the_slices_in_flight_exits_130_and_skip_existing_completes_t
     );
 
     // Only complete outputs, and the report accounts for every file: written or cancelled.
-    for name in all_entries(&out) {
-        assert!(
-            name.ends_with(".png"),
-            "unexpected file after SIGTERM: {name}"
-        );
-    }
-    let written = pngs(&out);
+    let written = complete_outputs_after(&out, "SIGTERM");
     assert!(written.len() < SLICES, "the run finished before the signal");
-    for p in &written {
-        assert!(decodes_completely(p), "partial output {}", p.display());
-    }
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let totals = &r["result"]["totals"];
     assert_eq!(r["result"]["cancelled"], true);
@@ -249,16 +224,8 @@ fn sigterm_finishes_the_slices_in_flight_exits_130_and_skip_existing_completes_t
     assert!(written.len() + cancelled <= SLICES);
 
     // The rest, later: exit 0 and every slice present.
-    let status = Command::new(bin())
-        .args([
-            "run",
-            input.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "-q",
-            "--no-tui",
-            "--skip-existing",
-        ])
+    let status = run_command(&input, &out)
+        .args(["-q", "--skip-existing"])
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(0));
