@@ -115,24 +115,3 @@ extern "C" __global__ void gray_apply_u32(const u32* __restrict__ in, u8* __rest
                                           u32 shift, u32 mask, const u8* __restrict__ table) {
     GRID_STRIDE(i, n) { out[i] = __ldg(&table[table_index(in[i], shift, mask)]); }
 }
-
-// Benchmark probes: read-only and write-only traffic of the same shape as gray_apply_u16, to
-// measure what mapped reads and writes alone reach on this bus.
-extern "C" __global__ void probe_read_u16(const u16* __restrict__ in, u8* __restrict__ out, u64 n, u32 shift,
-                                          u32 mask, const u8* __restrict__ table) {
-    u64 groups = n / 8;
-    const uint4* in8 = (const uint4*)in;
-    u32 acc = 0;
-    GRID_STRIDE(g, groups) {
-        uint4 v = in8[g];
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x12345678u && n == 0) out[0] = (u8)acc;  // keeps the loads alive
-}
-
-extern "C" __global__ void probe_write_u16(const u16* __restrict__ in, u8* __restrict__ out, u64 n, u32 shift,
-                                           u32 mask, const u8* __restrict__ table) {
-    u64 groups = n / 8;
-    uint2* out8 = (uint2*)out;
-    GRID_STRIDE(g, groups) { out8[g] = make_uint2((u32)g, shift); }
-}

@@ -1,7 +1,7 @@
 //! GPU backend tests. Each test skips (printing why) on machines without a usable CUDA device;
 //! on the GPU machine they check that every transfer strategy produces exactly the CPU
 //! reference's bytes, that the kernel cache serves a second process, and that several GPUs
-//! share the work with identical output.
+//! share the work with identical output, and that `bench transfer` prints its whole table.
 
 mod common;
 use common::{bin, tempdir};
@@ -499,4 +499,52 @@ fn gpu_all_devices_share_the_work_with_identical_output() {
         "{per_device}"
     );
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// `bench transfer` prints every strategy beside the ceiling, the traffic probes and the
+/// floor they imply; without a GPU it fails with a clear error and exit status 2.
+#[test]
+fn gpu_bench_transfer_prints_every_strategy_and_the_zero_copy_floor() {
+    let args = [
+        "bench",
+        "transfer",
+        "--sizes",
+        "512",
+        "--iters",
+        "3",
+        "--streams",
+        "2",
+    ];
+    if gpu_or_skip("gpu_bench_transfer_prints_every_strategy_and_the_zero_copy_floor").is_none() {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("libcuda") || err.contains("device"), "{err}");
+        return;
+    }
+    let out = run(&args);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = |strategy: &str, mode: &str| {
+        table.lines().any(|l| {
+            l.starts_with("512x512") && l.contains(strategy) && l.contains(mode) && l.ends_with('x')
+        })
+    };
+    assert!(table.contains("ceiling (pinned 256 MiB copies"), "{table}");
+    for strategy in ["pageable", "pinned", "zero-copy", "zero-copy wc-in"] {
+        assert!(row(strategy, "single"), "{strategy} single:\n{table}");
+    }
+    for strategy in ["pinned", "zero-copy", "zero-copy (registered)"] {
+        assert!(row(strategy, "sustained 2 streams"), "{strategy}:\n{table}");
+    }
+    for probe in [
+        "gray_apply_u16",
+        "probe_read_u16",
+        "probe_write_u16",
+        "probe_read_128of256",
+        "copy engines, H2D + D2H (no kernel)",
+        "SM reads:",
+        "floor through the mapping",
+    ] {
+        assert!(table.contains(probe), "{probe}:\n{table}");
+    }
 }

@@ -169,6 +169,31 @@ fn ceiling(
     Ok(len as f64 / (best / 1e3) / 1e9)
 }
 
+/// A kernel of the traffic section, launched like gray_apply_u16 on the sustained zero-copy path.
+struct Probe {
+    kernel: &'static std::ffi::CStr,
+    /// Divides the thread count gray_apply_u16 would get (8 pixels per thread).
+    per_thread: u64,
+    /// A fixed grid, else one block per 256 threads.
+    grid: Option<u32>,
+    /// Shares of the slice's input it reads and of its output it writes.
+    read: f64,
+    written: f64,
+    /// Also measured on huge-page memory from cuMemHostRegister.
+    registered_too: bool,
+    /// Uses Hopper's bulk copies (sm_90 and later only).
+    sm90: bool,
+}
+
+/// One sustained zero-copy (or copy-engine) measurement of the traffic section: the share of
+/// the slice's input it reads and of its output it writes give the payload rates.
+struct Traffic {
+    label: String,
+    ms: f64,
+    read: f64,
+    written: f64,
+}
+
 /// One measured configuration.
 struct Row {
     size: u32,
@@ -438,6 +463,44 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
+/// What the traffic section implies (lines of text), from its own measurements:
+/// - the payload each SM read request carries: when reading every other 128-byte line moves
+///   bytes as fast as reading whole spans, each request carries one 128-byte line, while the
+///   copy engines (whose large requests the host answers with 256-byte completions) set the
+///   H2D ceiling the bound is taken from;
+/// - the floor for a kernel that reads and writes through the mapping: the read-only probe's
+///   time, stretched by what the copy engines lose when the output flows back during the input.
+fn zero_copy_floor(variants: &[Traffic], bound_ms: f64, in_bytes: f64) -> Vec<String> {
+    let ms = |label: &str| variants.iter().find(|t| t.label == label).map(|t| t.ms);
+    let (Some(apply), Some(read), Some(half_lines), Some(copies_in), Some(copies_both)) = (
+        ms("gray_apply_u16"),
+        ms("probe_read_u16"),
+        ms("probe_read_128of256"),
+        ms("copy engines, H2D only"),
+        ms("copy engines, H2D + D2H (no kernel)"),
+    ) else {
+        return Vec::new();
+    };
+    let gbs = |bytes: f64, ms: f64| bytes / (ms / 1e3) / 1e9;
+    let floor = read * copies_both / copies_in;
+    vec![
+        format!(
+            "  SM reads: {:.1} GB/s reading every byte, {:.1} GB/s reading every other 128-byte line \
+             (copy engines {:.1} GB/s)",
+            gbs(in_bytes, read),
+            gbs(in_bytes / 2.0, half_lines),
+            gbs(in_bytes, copies_in),
+        ),
+        format!(
+            "  floor through the mapping = read-only {read:.3} ms x duplex cost {:.3} = {floor:.3} ms \
+             = {:.2}x bound; gray_apply_u16 = {:.2}x that floor",
+            copies_both / copies_in,
+            floor / bound_ms,
+            apply / floor
+        ),
+    ]
+}
+
 /// Runs the benchmark and returns the table as text.
 pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
     driver::probe()?;
@@ -509,29 +572,79 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         .unwrap_or(opts.sizes[0]);
     let s = opts.streams.iter().copied().max().unwrap_or(1);
     let mut variants = Vec::new();
-    // Measured and dropped (BENCHMARKS.md): two or four loads in flight per thread, and
-    // cp.async.bulk copies into shared memory, were no faster than gray_apply_u16.
-    for (name, per_thread, grid) in [
-        ("gray_apply_u16", 1u64, None::<u32>),
-        ("probe_read_u16", 1, None),
-        ("probe_write_u16", 1, None),
-    ] {
-        let cname = std::ffi::CString::new(name).map_err(|_| "kernel name")?;
-        let f = module
-            .function(Box::leak(cname.into_boxed_c_str()))
-            .map_err(e)?;
-        ctx.apply = f;
-        ctx.per_thread = per_thread;
-        ctx.grid = grid;
+    // Measured and dropped (BENCHMARKS.md, optimization log items 3, 25, 33): more loads in
+    // flight per thread, other grids, and bulk (TMA) copies both ways were no faster than
+    // gray_apply_u16.
+    let sms = device.multiprocessors;
+    let probe = |kernel, per_thread, read, written| Probe {
+        kernel,
+        per_thread,
+        grid: None,
+        read,
+        written,
+        registered_too: false,
+        sm90: false,
+    };
+    let probes = [
+        Probe {
+            registered_too: true,
+            ..probe(c"gray_apply_u16", 1, 1.0, 1.0)
+        },
+        Probe {
+            registered_too: true,
+            ..probe(c"probe_read_u16", 1, 1.0, 0.0)
+        },
+        Probe {
+            registered_too: true,
+            ..probe(c"probe_write_u16", 1, 0.0, 1.0)
+        },
+        probe(c"probe_read_32of256", 8, 0.125, 0.0),
+        probe(c"probe_read_64of256", 4, 0.25, 0.0),
+        probe(c"probe_read_128of256", 2, 0.5, 0.0),
+        Probe {
+            grid: Some(2 * sms),
+            sm90: true,
+            ..probe(c"probe_read_prefetch", 1, 1.0, 0.0)
+        },
+        Probe {
+            grid: Some(sms),
+            sm90: true,
+            ..probe(c"probe_read_bulk", 1, 1.0, 0.0)
+        },
+        Probe {
+            grid: Some(sms),
+            sm90: true,
+            ..probe(c"probe_write_bulk", 1, 0.0, 1.0)
+        },
+    ];
+    for p in probes {
+        if p.sm90 && device.compute_capability.0 < 9 {
+            continue;
+        }
+        ctx.apply = module.function(p.kernel).map_err(e)?;
+        ctx.per_thread = p.per_thread;
+        ctx.grid = p.grid;
         let total = (opts.iters * 4).max(4 * s);
-        for memory in ["zero-copy", "zero-copy (registered)"] {
+        let memories: &[&str] = if p.registered_too {
+            &["zero-copy", "zero-copy (registered)"]
+        } else {
+            &["zero-copy"]
+        };
+        for &memory in memories {
             let ms = sustained(&ctx, n, total, s, memory).map_err(e)?;
-            let label = if memory == "zero-copy" {
-                name.to_string()
-            } else {
-                format!("{name} (registered)")
-            };
-            variants.push((label, ms));
+            let mut label = p.kernel.to_string_lossy().into_owned();
+            if let Some(g) = p.grid {
+                label.push_str(&format!(" ({g} blocks)"));
+            }
+            if memory != "zero-copy" {
+                label.push_str(" (registered)");
+            }
+            variants.push(Traffic {
+                label,
+                ms,
+                read: p.read,
+                written: p.written,
+            });
         }
     }
     // The copy engines alone, moving one slice's bytes per step on the same streams: inbound
@@ -542,10 +655,12 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         ("copy engines, H2D only", "copies in"),
         ("copy engines, H2D + D2H (no kernel)", "copies"),
     ] {
-        variants.push((
-            label.to_string(),
-            sustained(&ctx, n, total, s, strategy).map_err(e)?,
-        ));
+        variants.push(Traffic {
+            label: label.to_string(),
+            ms: sustained(&ctx, n, total, s, strategy).map_err(e)?,
+            read: 1.0,
+            written: if strategy == "copies" { 1.0 } else { 0.0 },
+        });
     }
 
     let mut out = String::new();
@@ -593,16 +708,82 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         out,
         "zero-copy traffic, {n}x{n}, sustained on {s} streams (probes move the same bytes):"
     );
-    for (name, ms) in variants {
+    let _ = writeln!(
+        out,
+        "  {:<40} {:>8} {:>7} {:>9} {:>9}",
+        "traffic", "ms/slice", "bound", "in GB/s", "out GB/s"
+    );
+    for t in &variants {
+        let rate = |fraction: f64, bytes: f64| fraction * bytes / (t.ms / 1e3) / 1e9;
         let _ = writeln!(
             out,
-            "  {name:<36} {ms:>8.3} ms/slice  {:>5.2}x bound",
-            ms / bound_ms
+            "  {:<40} {:>8.3} {:>6.2}x {:>9.1} {:>9.1}",
+            t.label,
+            t.ms,
+            t.ms / bound_ms,
+            rate(t.read, px * 2.0),
+            rate(t.written, px)
         );
+    }
+    for line in zero_copy_floor(&variants, bound_ms, px * 2.0) {
+        let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(out, "page-locking a 2000x2000 slot ring (30 x 12 MB):");
     for (label, ms) in locking {
         let _ = writeln!(out, "  {label:<90} {ms:>8.1} ms");
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn traffic(label: &str, ms: f64) -> Traffic {
+        Traffic {
+            label: label.into(),
+            ms,
+            read: 1.0,
+            written: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_floor_is_the_read_only_time_stretched_by_the_copy_engines_duplex_cost() {
+        let variants = [
+            traffic("gray_apply_u16", 0.1764),
+            traffic("probe_read_u16", 0.160),
+            traffic("probe_read_128of256", 0.080),
+            traffic("copy engines, H2D only", 0.140),
+            traffic("copy engines, H2D + D2H (no kernel)", 0.147),
+        ];
+        let lines = zero_copy_floor(&variants, 0.140, 8e6);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        // 8 MB in 0.160 ms; 4 MB in 0.080 ms; 8 MB in 0.140 ms.
+        assert!(
+            lines[0].contains("50.0 GB/s reading every byte"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[0].contains("50.0 GB/s reading every other"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains("copy engines 57.1 GB/s"), "{}", lines[0]);
+        // 0.160 x 1.05 = 0.168 ms = 1.20x the bound; 0.1764 / 0.168 = 1.05.
+        assert!(
+            lines[1].contains("duplex cost 1.050 = 0.168 ms"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[1].contains("= 1.20x bound"), "{}", lines[1]);
+        assert!(lines[1].contains("1.05x that floor"), "{}", lines[1]);
+    }
+
+    #[test]
+    fn no_floor_without_every_measurement_it_needs() {
+        let variants = [traffic("gray_apply_u16", 0.165)];
+        assert!(zero_copy_floor(&variants, 0.140, 8e6).is_empty());
+    }
 }

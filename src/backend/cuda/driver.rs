@@ -81,6 +81,8 @@ pub struct Device {
     pub ordinal: usize,
     pub name: String,
     pub compute_capability: (i32, i32),
+    /// Streaming multiprocessors.
+    pub multiprocessors: u32,
     pub total_mem: usize,
     dev: sys::CUdevice,
     ctx: sys::CUcontext,
@@ -119,6 +121,8 @@ impl Device {
         };
         let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let multiprocessors =
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32;
         let mut total_mem = 0usize;
         // SAFETY: out pointer valid.
         check("cuDeviceTotalMem", unsafe {
@@ -133,6 +137,7 @@ impl Device {
             ordinal,
             name,
             compute_capability: (major, minor),
+            multiprocessors,
             total_mem,
             dev,
             ctx,
