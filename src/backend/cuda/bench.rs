@@ -2,7 +2,10 @@
 //! machine's GPU for each way of moving it — pageable copies, pinned async copies, zero-copy
 //! mapped slots, zero-copy with a write-combined input — for a single slice and for a sustained
 //! stream of slices on several streams, beside the PCIe ceiling measured in the same run with
-//! large pinned copies. The kernel is the production table-apply kernel.
+//! large pinned copies. The kernel is the production table-apply kernel. A traffic section
+//! times it beside probes (kernels/probes.cu) that move only part of its traffic or move it
+//! another way, and prints the floor that the bus sets for any kernel reading through the
+//! mapping (BENCHMARKS.md, "Why 1.10× is out of reach").
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -108,9 +111,10 @@ struct Ctx {
     device: Arc<Device>,
     _module: Arc<Module>,
     apply: Function,
-    /// Threads per group of 8 pixels divisor: 1 for gray_apply_u16, V for the _xV variants.
+    /// Divides the thread count gray_apply_u16 would get (8 pixels per thread): 1 for it, more
+    /// for the probes that read only part of the slice.
     per_thread: u64,
-    /// Fixed grid (bulk-copy kernel), else derived from the pixel count.
+    /// Fixed grid (bulk-copy probes), else derived from the pixel count.
     grid: Option<u32>,
     table: DeviceBuffer,
 }
@@ -466,8 +470,8 @@ fn ms_since(t: Instant) -> f64 {
 /// What the traffic section implies (lines of text), from its own measurements:
 /// - the payload each SM read request carries: when reading every other 128-byte line moves
 ///   bytes as fast as reading whole spans, each request carries one 128-byte line, while the
-///   copy engines (whose large requests the host answers with 256-byte completions) set the
-///   H2D ceiling the bound is taken from;
+///   copy engines' large requests come back in packets up to the link's 256-byte maximum, and
+///   they set the H2D ceiling the bound is taken from;
 /// - the floor for a kernel that reads and writes through the mapping: the read-only probe's
 ///   time, stretched by what the copy engines lose when the output flows back during the input.
 fn zero_copy_floor(variants: &[Traffic], bound_ms: f64, in_bytes: f64) -> Vec<String> {
