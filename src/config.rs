@@ -82,6 +82,7 @@ pub struct RawGpu {
     pub auto_min_input_mib: Option<RawAutoOrCount>,
     pub release_threshold_mib: Option<i64>,
     pub kernel_cache: Option<PathBuf>,
+    pub library_path: Option<PathBuf>,
 }
 
 /// A number, or the word "auto".
@@ -285,6 +286,8 @@ pub struct Settings {
     pub auto_min_input_bytes: Option<u64>,
     pub release_threshold_bytes: u64,
     pub kernel_cache: Option<PathBuf>,
+    /// Folder searched first for NVIDIA's codec libraries (nvJPEG, nvJPEG2000, nvCOMP).
+    pub library_path: Option<PathBuf>,
     pub tui: TuiMode,
     pub tick_ms: u64,
     pub log_file: Option<PathBuf>,
@@ -320,6 +323,7 @@ impl Default for Settings {
             auto_min_input_bytes: None,
             release_threshold_bytes: 256 << 20,
             kernel_cache: None,
+            library_path: None,
             tui: TuiMode::Auto,
             tick_ms: 100,
             log_file: None,
@@ -611,6 +615,9 @@ impl Settings {
         }
         if let Some(v) = &g.kernel_cache {
             self.kernel_cache = nonempty_path(v);
+        }
+        if let Some(v) = &g.library_path {
+            self.library_path = nonempty_path(v);
         }
 
         let d = &raw.dashboard;

@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod driver;
+pub mod libs;
 pub mod nvrtc;
 pub mod pinned;
 mod worker;
