@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{Backend, BackendInfo, RenderOutcome, RenderTimings, RenderWorker};
+use crate::backend::{
+    Backend, BackendError, BackendInfo, RenderError, RenderOutcome, RenderTimings, RenderWorker,
+};
 use crate::memory::{HeapAllocator, HostAllocator, Slot};
 use crate::render::chain::{self, FrameStats, Resolved, ResolvedVoi};
 use crate::render::color;
@@ -42,7 +44,7 @@ impl Backend for CpuBackend {
         self.allocator.clone()
     }
 
-    fn worker(&self, _index: usize) -> Result<Box<dyn RenderWorker>, String> {
+    fn worker(&self, _index: usize) -> Result<Box<dyn RenderWorker>, BackendError> {
         Ok(Box::new(CpuRenderer::default()))
     }
 
@@ -64,7 +66,7 @@ pub struct CpuRenderer {
 }
 
 impl RenderWorker for CpuRenderer {
-    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, String> {
+    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
         let start = Instant::now();
         let input = slot.input.bytes(plan.input_bytes());
         let out = slot.output.bytes_mut(plan.output_bytes());
@@ -88,14 +90,15 @@ impl CpuRenderer {
         plan: &FramePlan,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<crate::render::plan::Window>, String> {
+    ) -> Result<Option<crate::render::plan::Window>, RenderError> {
         if input.len() < plan.input_bytes() || out.len() < plan.output_bytes() {
-            return Err("internal: slot smaller than the frame".into());
+            return Err(RenderError::Internal("slot smaller than the frame".into()));
         }
         match &plan.chain {
             Chain::Gray(g) => self.render_gray(g, plan.pixels(), input, out),
             Chain::Color(c) => color::render_color(c, plan.pixels(), input, out).map(|_| None),
         }
+        .map_err(RenderError::Plan)
     }
 
     fn render_gray(
