@@ -8,6 +8,7 @@ typedef unsigned short u16;
 typedef unsigned int u32;
 typedef int i32;
 typedef unsigned long long u64;
+typedef long long i64;
 
 // Grid-stride loop over [0, n).
 #define GRID_STRIDE(i, n) \

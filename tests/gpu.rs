@@ -133,6 +133,7 @@ fn plans() -> Vec<FramePlan> {
                         invert: n % 3 == 0,
                         pixels: rows as u64 * cols as u64,
                     }),
+                    ops: None,
                 });
             }
         }
@@ -202,6 +203,7 @@ fn plans() -> Vec<FramePlan> {
                 planar,
                 subsampled,
             }),
+            ops: None,
         });
     }
     v

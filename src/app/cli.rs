@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::app::config::{RawConfig, RawGpus};
+use crate::app::config::{RawConfig, RawGpus, RawWindows};
 
 /// DICOM folders to 8-bit images, in real time, on the GPU when one is present.
 #[derive(Debug, Parser)]
@@ -81,13 +81,38 @@ pub struct RunArgs {
     #[arg(short, long)]
     pub config: Option<PathBuf>,
     /// Window: file, file:N, minmax, minmax-no-extremes, histogram:PCT, voi-lut:N, none, or C,W
-    /// (use --window=-40,400 for a negative center).
-    #[arg(long, allow_hyphen_values = true)]
-    pub window: Option<String>,
+    /// (use --window=-40,400 for a negative center). Given 2 or 3 times: one RGB image whose
+    /// channels are those windows. Overrides the config's per-modality and per-series windows.
+    #[arg(long, allow_hyphen_values = true, action = clap::ArgAction::Append)]
+    pub window: Vec<String>,
     /// VOI LUT function: file, linear, linear-exact, sigmoid.
     #[arg(long)]
     pub voi_function: Option<String>,
-    /// Output format: png, jpeg, tiff, bmp.
+    /// Frames of multi-frame files: all, or a list such as 1,5-10,last (1-based).
+    #[arg(long)]
+    pub frames: Option<String>,
+    /// Resize: WxH (e.g. 512x512, see --fit), N (the longest side) or none.
+    #[arg(long)]
+    pub resize: Option<String>,
+    /// Scale both sides by a factor (e.g. 0.5) instead of --resize.
+    #[arg(long, conflicts_with = "resize")]
+    pub scale: Option<f64>,
+    /// How --resize WxH meets another aspect ratio: stretch, pad (black borders) or crop.
+    #[arg(long)]
+    pub fit: Option<String>,
+    /// Resampling: nearest, bilinear or area (Pillow's NEAREST, BILINEAR, BOX).
+    #[arg(long)]
+    pub interpolation: Option<String>,
+    /// Rotate clockwise: 0, 90, 180 or 270 degrees.
+    #[arg(long)]
+    pub rotate: Option<i64>,
+    /// Flip after rotating: h (left-right), v (top-bottom), hv or none.
+    #[arg(long)]
+    pub flip: Option<String>,
+    /// Invert the rendering (255 - v).
+    #[arg(long)]
+    pub invert: bool,
+    /// Output format: png, jpeg, tiff, bmp, dcm (8-bit DICOM Secondary Capture).
     #[arg(long)]
     pub format: Option<String>,
     /// PNG compression: none, fast, balanced, best.
@@ -158,8 +183,20 @@ impl RunArgs {
     /// The CLI's configuration layer (only what was given).
     pub fn to_raw(&self) -> RawConfig {
         let mut r = RawConfig::default();
-        r.render.window = self.window.clone();
+        r.render.window = match self.window.as_slice() {
+            [] => None,
+            [one] => Some(RawWindows::One(one.clone())),
+            several => Some(RawWindows::Channels(several.to_vec())),
+        };
         r.render.voi_function = self.voi_function.clone();
+        r.render.frames = self.frames.clone();
+        r.render.resize = self.resize.clone();
+        r.render.scale = self.scale;
+        r.render.fit = self.fit.clone();
+        r.render.interpolation = self.interpolation.clone();
+        r.render.rotate = self.rotate;
+        r.render.flip = self.flip.clone();
+        r.render.invert = self.invert.then_some(true);
         r.output.dir = self.output.clone();
         r.output.format = self.format.clone();
         r.output.png_compression = self.png_compression.clone();

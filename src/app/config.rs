@@ -3,6 +3,7 @@
 //! Every value is validated where it is applied, so an error names the key, the value and
 //! where it came from (the file's path or the flag).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -13,7 +14,8 @@ use dicomflow::backend::options::{
 use dicomflow::error::FatalError;
 use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter};
 use dicomflow::pipeline::options::{Job, Layout};
-use dicomflow::render::spec::parse_voi_override;
+use dicomflow::render::ops::{parse_rotate, Fit, Resize};
+use dicomflow::render::spec::{parse_voi_override, Windows};
 
 /// The configuration shipped in `config/default.toml`; a test checks that it equals
 /// [`Settings::default`].
@@ -41,8 +43,48 @@ pub struct RawConfig {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRender {
-    pub window: Option<String>,
+    pub window: Option<RawWindows>,
     pub voi_function: Option<String>,
+    pub frames: Option<String>,
+    pub resize: Option<String>,
+    pub scale: Option<f64>,
+    pub fit: Option<String>,
+    pub interpolation: Option<String>,
+    pub rotate: Option<i64>,
+    pub flip: Option<String>,
+    pub invert: Option<bool>,
+    pub window_by_modality: Option<BTreeMap<String, RawWindows>>,
+    pub window_by_series: Option<BTreeMap<String, RawWindows>>,
+}
+
+/// `window = "40,400"`, or a list for window channels: `window = ["40,80", "80,200"]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawWindows {
+    One(String),
+    Channels(Vec<String>),
+}
+
+impl RawWindows {
+    fn values(&self) -> Vec<&str> {
+        match self {
+            RawWindows::One(v) => vec![v.as_str()],
+            RawWindows::Channels(v) => v.iter().map(String::as_str).collect(),
+        }
+    }
+
+    fn parse(&self) -> Result<Windows, String> {
+        Windows::parse_all(&self.values())
+    }
+}
+
+impl std::fmt::Display for RawWindows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RawWindows::One(v) => f.write_str(v),
+            RawWindows::Channels(v) => write!(f, "{v:?}"),
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -251,14 +293,94 @@ impl Settings {
     /// Applies one layer over `self`, checking every value it sets.
     pub fn apply(&mut self, raw: &RawConfig, origin: &Origin) -> Result<(), FatalError> {
         let r = &raw.render;
+        let render = &mut self.job.render;
         if let Some(v) = &r.window {
-            self.job.render.window = v
-                .parse()
-                .map_err(|e: String| bad(origin, "render.window", v, e))?;
+            render.window = v.parse().map_err(|e| bad(origin, "render.window", v, e))?;
+            // A layer's window replaces the tables of earlier layers unless it sets its own:
+            // `--window` on the command line applies to every file.
+            if r.window_by_modality.is_none() {
+                render.window_by_modality.clear();
+            }
+            if r.window_by_series.is_none() {
+                render.window_by_series.clear();
+            }
+        }
+        if let Some(table) = &r.window_by_modality {
+            render.window_by_modality.clear();
+            for (modality, v) in table {
+                let key = format!("render.window_by_modality.{modality}");
+                let m = modality.trim().to_ascii_uppercase();
+                if m.is_empty() {
+                    return Err(bad(origin, &key, v, "the modality is empty"));
+                }
+                let w = v.parse().map_err(|e| bad(origin, &key, v, e))?;
+                render.window_by_modality.insert(m, w);
+            }
+        }
+        if let Some(table) = &r.window_by_series {
+            render.window_by_series.clear();
+            for (series, v) in table {
+                let key = format!("render.window_by_series.\"{series}\"");
+                let uid = series.trim();
+                if uid.is_empty() || !uid.chars().all(|c| c.is_ascii_digit() || c == '.') {
+                    return Err(bad(
+                        origin,
+                        &key,
+                        v,
+                        "the key must be a Series Instance UID (digits and dots)",
+                    ));
+                }
+                let w = v.parse().map_err(|e| bad(origin, &key, v, e))?;
+                render.window_by_series.insert(uid.to_string(), w);
+            }
         }
         if let Some(v) = &r.voi_function {
-            self.job.render.voi_function =
+            render.voi_function =
                 parse_voi_override(v).map_err(|e| bad(origin, "render.voi_function", v, e))?;
+        }
+        if let Some(v) = &r.frames {
+            render.frames = v.parse().map_err(|e| bad(origin, "render.frames", v, e))?;
+        }
+        match (&r.resize, r.scale) {
+            (Some(size), Some(scale)) if size != "none" && scale != 1.0 => {
+                return Err(bad(
+                    origin,
+                    "render.scale",
+                    scale,
+                    format!("give resize (here \"{size}\") or scale, not both"),
+                ))
+            }
+            (Some(size), scale) => {
+                render.ops.resize = size
+                    .parse()
+                    .map_err(|e| bad(origin, "render.resize", size, e))?;
+                if let Some(f) = scale.filter(|&f| f != 1.0) {
+                    render.ops.resize =
+                        Resize::scale(f).map_err(|e| bad(origin, "render.scale", f, e))?;
+                }
+            }
+            (None, Some(f)) => {
+                render.ops.resize =
+                    Resize::scale(f).map_err(|e| bad(origin, "render.scale", f, e))?;
+            }
+            (None, None) => {}
+        }
+        if let Some(v) = &r.fit {
+            render.ops.fit = v.parse().map_err(|e| bad(origin, "render.fit", v, e))?;
+        }
+        if let Some(v) = &r.interpolation {
+            render.ops.interpolation = v
+                .parse()
+                .map_err(|e| bad(origin, "render.interpolation", v, e))?;
+        }
+        if let Some(v) = r.rotate {
+            render.ops.rotate = parse_rotate(v).map_err(|e| bad(origin, "render.rotate", v, e))?;
+        }
+        if let Some(v) = &r.flip {
+            render.ops.flip = v.parse().map_err(|e| bad(origin, "render.flip", v, e))?;
+        }
+        if let Some(v) = r.invert {
+            render.ops.invert = v;
         }
 
         let o = &raw.output;
@@ -280,8 +402,10 @@ impl Settings {
                     ("tiff", OutputFormat::Tiff),
                     ("tif", OutputFormat::Tiff),
                     ("bmp", OutputFormat::Bmp),
+                    ("dcm", OutputFormat::Dcm),
+                    ("dicom", OutputFormat::Dcm),
                 ],
-                "use png, jpeg, tiff or bmp",
+                "use png, jpeg, tiff, bmp or dcm",
             )?;
         }
         if let Some(v) = &o.png_compression {
@@ -505,7 +629,21 @@ impl Settings {
             s.apply(&raw, &Origin::File(path.to_path_buf()))?;
         }
         s.apply(cli, &Origin::Cli)?;
+        s.check()?;
         Ok(s)
+    }
+
+    /// Checks that hold across keys, once every layer is applied.
+    pub fn check(&self) -> Result<(), FatalError> {
+        let ops = &self.job.render.ops;
+        if ops.fit != Fit::Stretch && !matches!(ops.resize, Resize::Exact { .. }) {
+            return Err(FatalError::Config(format!(
+                "render.fit = \"{}\" needs resize = \"WxH\" (resize is \"{}\", which keeps \
+                 the aspect ratio by itself)",
+                ops.fit, ops.resize
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -616,17 +754,17 @@ mod tests {
         )
         .unwrap();
         let mut cli = RawConfig::default();
-        cli.render.window = Some("40,400".into());
+        cli.render.window = Some(RawWindows::One("40,400".into()));
         cli.pipeline.layout = Some("shared".into());
         let mut s = Settings::default();
         s.apply(&file, &Origin::File("f.toml".into())).unwrap();
         s.apply(&cli, &Origin::Cli).unwrap();
         assert_eq!(
             s.job.render.window,
-            WindowSpec::Explicit {
+            Windows::one(WindowSpec::Explicit {
                 center: 40.0,
                 width: 400.0
-            }
+            })
         );
         assert_eq!(s.job.output.format, OutputFormat::Bmp);
         assert_eq!(s.job.output.png_compression, PngCompression::Fast);

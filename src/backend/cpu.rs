@@ -1,6 +1,8 @@
 //! The CPU reference backend: the oracle every other backend is tested against. Grayscale
-//! frames of up to 16 stored bits are rendered through a table compiled from the chain (cached
-//! while consecutive frames share a plan); deeper frames evaluate the chain per pixel.
+//! frames of up to 16 stored bits are rendered through a table compiled from the chain (a few
+//! kept while consecutive frames share plans: one per window channel); deeper frames evaluate
+//! the chain per pixel. Operators (resize, rotation, flips, inversion) then turn the rendering
+//! into the output (`render::ops::apply`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,7 +13,8 @@ use crate::backend::{
 use crate::memory::{HeapAllocator, HostAllocator, Slot};
 use crate::render::chain::{self, FrameStats, Resolved, ResolvedVoi};
 use crate::render::color;
-use crate::render::plan::{Chain, FramePlan, GrayPlan};
+use crate::render::ops::{self, OpTables, Operators};
+use crate::render::plan::{Chain, FramePlan, GrayPlan, Window};
 use crate::render::table::{self, IndexMap};
 
 /// The CPU backend.
@@ -57,12 +60,21 @@ impl Backend for CpuBackend {
     }
 }
 
-/// Per-thread state: the last compiled table and scratch for histograms.
+/// Compiled tables kept per thread: one per window channel, and one more so that alternating
+/// plans do not rebuild each other's.
+const TABLES_KEPT: usize = 4;
+
+/// Per-thread state: the last compiled tables, the last operators' tables, and scratch.
 #[derive(Default)]
 pub struct CpuRenderer {
-    cached: Option<(GrayPlan, Resolved)>,
-    table: Vec<u8>,
+    /// (plan, resolution, table), least recently used first.
+    tables: Vec<(GrayPlan, Resolved, Vec<u8>)>,
     counts: Vec<u32>,
+    /// The rendering before the operators.
+    rendered: Vec<u8>,
+    /// The operators' intermediate (horizontal pass).
+    between: Vec<u8>,
+    op_tables: Option<(Operators, OpTables)>,
 }
 
 impl RenderWorker for CpuRenderer {
@@ -84,21 +96,95 @@ impl RenderWorker for CpuRenderer {
 }
 
 impl CpuRenderer {
-    /// Renders `input` (stored values) into `out` (8-bit), returning the window applied.
+    /// Renders `input` (stored values) into `out` (8-bit, the output size: after the
+    /// operators), returning the window applied (the first channel's).
     pub fn render_bytes(
         &mut self,
         plan: &FramePlan,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<crate::render::plan::Window>, RenderError> {
+    ) -> Result<Option<Window>, RenderError> {
         if input.len() < plan.input_bytes() || out.len() < plan.output_bytes() {
             return Err(RenderError::Internal("slot smaller than the frame".into()));
         }
+        let Some(op) = plan.ops else {
+            return self
+                .render_chain(plan, input, out)
+                .map_err(RenderError::Plan);
+        };
+        let mut rendered = std::mem::take(&mut self.rendered);
+        rendered.resize(plan.rendered_bytes(), 0);
+        let window = self.render_chain(plan, input, &mut rendered);
+        if window.is_ok() {
+            if self.op_tables.as_ref().is_none_or(|(o, _)| *o != op) {
+                self.op_tables = Some((op, op.tables()));
+            }
+            if let Some((_, tables)) = &self.op_tables {
+                ops::apply(
+                    &op,
+                    tables,
+                    plan.channels(),
+                    &rendered,
+                    out,
+                    &mut self.between,
+                );
+            }
+        }
+        self.rendered = rendered;
+        window.map_err(RenderError::Plan)
+    }
+
+    /// The chain alone: stored values to the 8-bit rendering (`plan.rendered_bytes()`).
+    fn render_chain(
+        &mut self,
+        plan: &FramePlan,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> Result<Option<Window>, String> {
         match &plan.chain {
             Chain::Gray(g) => self.render_gray(g, plan.pixels(), input, out),
+            Chain::Channels(gs) => self.render_channels(gs, plan.pixels(), input, out),
             Chain::Color(c) => color::render_color(c, plan.pixels(), input, out).map(|_| None),
         }
-        .map_err(RenderError::Plan)
+    }
+
+    /// The table compiled from `g` resolved as `r`: kept, or built (and kept, evicting the
+    /// least recently used). The table used last is the last in `self.tables`.
+    fn table(&mut self, g: &GrayPlan, r: &Resolved, map: IndexMap) {
+        if let Some(i) = self.tables.iter().position(|(p, q, _)| p == g && q == r) {
+            let entry = self.tables.remove(i);
+            self.tables.push(entry);
+            return;
+        }
+        let mut t = if self.tables.len() >= TABLES_KEPT {
+            self.tables.remove(0).2
+        } else {
+            Vec::new()
+        };
+        table::build_gray_table(g, r, map, &mut t);
+        if g.stored.bytes() == 2 {
+            // Padded to 2^16 entries for the unchecked-by-construction loop of `apply_table`;
+            // entries past `map.len()` are never indexed.
+            t.resize(1 << 16, 0);
+        }
+        self.tables.push((g.clone(), r.clone(), t));
+    }
+
+    /// Statistics of the frame when `g` needs them (histogram of table indices).
+    fn stats(
+        &mut self,
+        g: &GrayPlan,
+        map: IndexMap,
+        input: &[u8],
+        pixels: usize,
+    ) -> Option<FrameStats> {
+        self.counts.clear();
+        self.counts.resize(map.len(), 0);
+        let counts = &mut self.counts;
+        for_each_raw(input, g.stored.bytes(), pixels, |raw| {
+            counts[map.index(raw)] += 1
+        });
+        Some(table::frame_stats(g, &self.counts))
     }
 
     fn render_gray(
@@ -107,40 +193,87 @@ impl CpuRenderer {
         pixels: usize,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<crate::render::plan::Window>, String> {
+    ) -> Result<Option<Window>, String> {
         let bytes = g.stored.bytes();
         let Some(map) = IndexMap::of(&g.stored) else {
             return render_gray_direct(g, pixels, input, out);
         };
         let stats = if chain::needs_statistics(g) {
-            self.counts.clear();
-            self.counts.resize(map.len(), 0);
-            for_each_raw(input, bytes, pixels, |raw| self.counts[map.index(raw)] += 1);
-            Some(table::frame_stats(g, &self.counts))
+            self.stats(g, map, input, pixels)
         } else {
             None
         };
         let resolved = chain::resolve(g, stats.as_ref())?;
-        let fresh = match &self.cached {
-            Some((p, r)) => p != g || *r != resolved,
-            None => true,
-        };
-        if fresh {
-            table::build_gray_table(g, &resolved, map, &mut self.table);
-            if bytes == 2 {
-                // Padded to 2^16 entries for the unchecked-by-construction loop of
-                // `apply_table`; entries past `map.len()` are never indexed.
-                self.table.resize(1 << 16, 0);
-            }
-            self.cached = Some((g.clone(), resolved.clone()));
-        }
-        apply_table(&self.table, map, input, bytes, pixels, out);
+        self.table(g, &resolved, map);
+        let t = self.tables.last().map(|e| e.2.as_slice()).unwrap_or(&[]);
+        apply_table(t, map, input, bytes, pixels, out);
         Ok(applied_window(&resolved))
+    }
+
+    /// Window channels: the frame through each channel's table, interleaved as RGB (blue black
+    /// with two channels). The statistics (one histogram) serve every channel.
+    fn render_channels(
+        &mut self,
+        gs: &[GrayPlan],
+        pixels: usize,
+        input: &[u8],
+        out: &mut [u8],
+    ) -> Result<Option<Window>, String> {
+        let Some(first) = gs.first() else {
+            return Err("internal: window channels without a window".into());
+        };
+        let out = &mut out[..3 * pixels];
+        let Some(map) = IndexMap::of(&first.stored) else {
+            // Deeper than 16 bits: each channel per pixel, then interleaved.
+            let mut window = None;
+            let mut gray = vec![0u8; pixels];
+            out.fill(0);
+            for (c, g) in gs.iter().enumerate() {
+                let w = render_gray_direct(g, pixels, input, &mut gray)?;
+                if c == 0 {
+                    window = w;
+                }
+                for (px, &v) in out.chunks_exact_mut(3).zip(&gray) {
+                    px[c] = v;
+                }
+            }
+            return Ok(window);
+        };
+        let stats = if gs.iter().any(chain::needs_statistics) {
+            self.stats(first, map, input, pixels)
+        } else {
+            None
+        };
+        let mut resolved = Vec::with_capacity(gs.len());
+        for g in gs {
+            let r = chain::resolve(g, stats.as_ref())?;
+            self.table(g, &r, map);
+            resolved.push(r);
+        }
+        // Every channel's table is kept now (at most 3 of TABLES_KEPT, the most recent).
+        let mut tables: Vec<&[u8]> = Vec::with_capacity(gs.len());
+        for (g, r) in gs.iter().zip(&resolved) {
+            match self.tables.iter().find(|(p, q, _)| p == g && q == r) {
+                Some(e) => tables.push(&e.2),
+                None => return Err("internal: a window channel's table was not kept".into()),
+            }
+        }
+        let bytes = first.stored.bytes();
+        let mut i = 0;
+        for_each_raw(input, bytes, pixels, |raw| {
+            let idx = map.index(raw);
+            let px = &mut out[3 * i..3 * i + 3];
+            for (c, o) in px.iter_mut().enumerate() {
+                *o = tables.get(c).map_or(0, |t| t[idx]);
+            }
+            i += 1;
+        });
+        Ok(resolved.first().and_then(applied_window))
     }
 }
 
 /// The window actually applied, for the report.
-fn applied_window(r: &Resolved) -> Option<crate::render::plan::Window> {
+fn applied_window(r: &Resolved) -> Option<Window> {
     match r.voi {
         ResolvedVoi::Window(w) => Some(w),
         _ => None,
@@ -210,7 +343,7 @@ fn render_gray_direct(
     pixels: usize,
     input: &[u8],
     out: &mut [u8],
-) -> Result<Option<crate::render::plan::Window>, String> {
+) -> Result<Option<Window>, String> {
     let stats = if chain::needs_statistics(g) {
         let mut values: Vec<i32> = Vec::with_capacity(pixels);
         for_each_raw(input, g.stored.bytes(), pixels, |raw| {

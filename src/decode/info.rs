@@ -89,6 +89,72 @@ pub struct FrameAttrs {
     pub voi_function: Option<String>,
 }
 
+/// Header attributes a derived DICOM image (`--format dcm`) carries over from its source:
+/// patient, study and series attributes, and the source's identity for its Source Image
+/// Sequence. A few dozen top-level elements, copied once per file.
+#[derive(Debug, Clone, Default)]
+pub struct SourceHeader {
+    pub sop_class_uid: Option<String>,
+    pub sop_instance_uid: Option<String>,
+    pub series_uid: Option<String>,
+    /// The carried elements present in the source, as read (in [`CARRIED_TAGS`] order).
+    pub elements: Vec<dicom_object::mem::InMemElement>,
+}
+
+/// The attributes a derived image copies from its source when present: Patient, General
+/// Study and General Series modules, the de-identification flags, the content date and time,
+/// and the lossy compression history (a rendering of a lossy image stays marked lossy). Not
+/// Patient Orientation: rotations and flips change it.
+pub const CARRIED_TAGS: [Tag; 29] = [
+    tags::SPECIFIC_CHARACTER_SET,
+    tags::STUDY_DATE,
+    tags::CONTENT_DATE,
+    tags::STUDY_TIME,
+    tags::CONTENT_TIME,
+    tags::ACCESSION_NUMBER,
+    tags::MODALITY,
+    tags::REFERRING_PHYSICIAN_NAME,
+    tags::STUDY_DESCRIPTION,
+    tags::SERIES_DESCRIPTION,
+    tags::PATIENT_NAME,
+    tags::PATIENT_ID,
+    tags::ISSUER_OF_PATIENT_ID,
+    tags::PATIENT_BIRTH_DATE,
+    tags::PATIENT_SEX,
+    tags::PATIENT_AGE,
+    tags::PATIENT_SIZE,
+    tags::PATIENT_WEIGHT,
+    tags::PATIENT_IDENTITY_REMOVED,
+    tags::DEIDENTIFICATION_METHOD,
+    tags::BODY_PART_EXAMINED,
+    tags::STUDY_INSTANCE_UID,
+    tags::STUDY_ID,
+    tags::SERIES_NUMBER,
+    tags::INSTANCE_NUMBER,
+    tags::LATERALITY,
+    tags::LOSSY_IMAGE_COMPRESSION,
+    tags::LOSSY_IMAGE_COMPRESSION_RATIO,
+    tags::LOSSY_IMAGE_COMPRESSION_METHOD,
+];
+
+impl SourceHeader {
+    /// The carried attributes of a parsed header.
+    pub fn of(obj: &InMemDicomObject) -> SourceHeader {
+        SourceHeader {
+            sop_class_uid: opt_str(obj, tags::SOP_CLASS_UID),
+            sop_instance_uid: opt_str(obj, tags::SOP_INSTANCE_UID),
+            series_uid: opt_str(obj, tags::SERIES_INSTANCE_UID),
+            elements: CARRIED_TAGS
+                .iter()
+                .filter_map(|&t| obj.get(t))
+                // Values of unknown VR would be written back as opaque bytes: left out.
+                .filter(|e| e.vr() != dicom_core::VR::UN && e.items().is_none())
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
 /// Everything needed to decode and render the frames of one file.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ImageInfo {
@@ -131,6 +197,9 @@ pub struct ImageInfo {
     /// Values usable in output naming patterns (see `output::naming::PATTERN_KEYS`).
     #[serde(skip)]
     pub naming: std::collections::BTreeMap<String, String>,
+    /// What a derived DICOM image of this file carries over.
+    #[serde(skip)]
+    pub source: Arc<SourceHeader>,
 }
 
 impl ImageInfo {
@@ -343,6 +412,7 @@ impl ImageInfo {
             modality: opt_str(obj, tags::MODALITY),
             sop_class: opt_str(obj, tags::SOP_CLASS_UID),
             naming: naming_values(obj),
+            source: Arc::new(SourceHeader::of(obj)),
         })
     }
 }

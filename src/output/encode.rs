@@ -1,11 +1,12 @@
 //! 8-bit pixels → encoded image bytes (PNG through the `png` crate with the configured
-//! compression and filter; JPEG, TIFF and BMP through `image`). One [`ImageEncoder`] per writer
-//! thread reuses its output buffer.
+//! compression and filter; JPEG, TIFF and BMP through `image`; DICOM Secondary Capture through
+//! `output::dicom`). One [`ImageEncoder`] per writer thread reuses its output buffer.
 
 use std::io::Cursor;
 
 use image::ImageEncoder as _;
 
+use crate::output::dicom::{self, Derived};
 use crate::output::options::{OutputFormat, PngCompression, PngFilter};
 use crate::output::png::{filter_rows, unfilter_rows, PngWriter};
 
@@ -71,6 +72,9 @@ impl ImageEncoder {
         }
         match self.opts.format {
             OutputFormat::Png => self.encode_png(width, height, channels, pixels)?,
+            OutputFormat::Dcm => {
+                return Err("internal: DICOM output needs its source (encode_dicom)".into())
+            }
             other => {
                 let color = if channels == 1 {
                     image::ExtendedColorType::L8
@@ -88,12 +92,25 @@ impl ImageEncoder {
                         .write_image(pixels, width, height, color),
                     OutputFormat::Bmp => image::codecs::bmp::BmpEncoder::new(&mut cursor)
                         .encode(pixels, width, height, color),
-                    OutputFormat::Png => unreachable!("handled above"),
+                    OutputFormat::Png | OutputFormat::Dcm => unreachable!("handled above"),
                 };
                 self.buf = cursor.into_inner();
                 result.map_err(|e| format!("{other:?} encoder: {e}"))?;
             }
         }
+        Ok(&self.buf)
+    }
+
+    /// Encodes `pixels` as a DICOM Secondary Capture image derived from `derived`'s source.
+    pub fn encode_dicom(
+        &mut self,
+        width: u32,
+        height: u32,
+        channels: usize,
+        pixels: &[u8],
+        derived: &Derived,
+    ) -> Result<&[u8], String> {
+        dicom::encode(&mut self.buf, width, height, channels, pixels, derived)?;
         Ok(&self.buf)
     }
 

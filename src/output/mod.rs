@@ -1,6 +1,7 @@
 //! Encoders and atomic writers: the last stage of a slice.
 
 pub mod atomic;
+pub mod dicom;
 pub mod encode;
 pub mod naming;
 pub mod options;

@@ -13,6 +13,8 @@ pub enum OutputFormat {
     Jpeg,
     Tiff,
     Bmp,
+    /// 8-bit Secondary Capture DICOM (`output::dicom`).
+    Dcm,
 }
 
 impl OutputFormat {
@@ -23,6 +25,7 @@ impl OutputFormat {
             OutputFormat::Jpeg => "jpg",
             OutputFormat::Tiff => "tiff",
             OutputFormat::Bmp => "bmp",
+            OutputFormat::Dcm => "dcm",
         }
     }
 }

@@ -25,7 +25,7 @@ pub enum Event {
         stage: Stage,
         reason: String,
     },
-    /// The header was read: `frames` frames will follow as frame events.
+    /// The header was read: `meta.frames_selected` frames will follow as frame events.
     FileStarted {
         id: usize,
         path: PathBuf,
@@ -64,7 +64,10 @@ pub enum Event {
 /// Header facts kept for the report.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct FileMeta {
+    /// Frames in the file.
     pub frames: u32,
+    /// Frames the run renders (`render.frames`).
+    pub frames_selected: u32,
     pub rows: u32,
     pub cols: u32,
     pub transfer_syntax: String,
@@ -155,7 +158,7 @@ impl FileRecord {
             self.status = FileStatus::Cancelled;
             return;
         }
-        let frames = self.meta.as_ref().map(|m| m.frames).unwrap_or(0) as usize;
+        let frames = self.meta.as_ref().map(|m| m.frames_selected).unwrap_or(0) as usize;
         let ok = self.outputs.len();
         self.status = if self.failures.is_empty() && self.meta.is_some() && ok == frames {
             FileStatus::Ok
@@ -304,7 +307,7 @@ impl Collector {
             }
             Event::FileStarted { id, path, meta } => {
                 t.frames_planned
-                    .fetch_add(meta.frames as u64, Ordering::Relaxed);
+                    .fetch_add(meta.frames_selected as u64, Ordering::Relaxed);
                 self.record(id, Some(&path)).meta = Some(meta);
             }
             Event::FrameDone {

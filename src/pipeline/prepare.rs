@@ -111,10 +111,14 @@ pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Op
             .map(|f| f.info.clone())
     })
     .ok()??;
+    // The output holds what the operators make of the frame (e.g. a resize), not the frame.
+    let output = crate::render::plan_frame(&info, 0, &job.render)
+        .map(|p| p.output_capacity() as u64)
+        .unwrap_or(info.output_capacity());
     Some(SlotHint {
         count: slots_beside(&job.pipeline, workers),
         input: round_up(info.frame_bytes() as usize),
-        output: round_up(info.output_capacity() as usize),
+        output: round_up(output as usize),
     })
 }
 

@@ -10,13 +10,17 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use std::sync::Arc;
+
 use crate::backend::RenderWorker;
+use crate::decode::info::SourceHeader;
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
 use crate::error::Stage;
 use crate::memory::{Slot, TakeOr};
 use crate::observe::stats::StageId;
+use crate::output::dicom::Derived;
 use crate::output::encode::ImageEncoder;
-use crate::output::options::Naming;
+use crate::output::options::{Naming, OutputFormat};
 use crate::output::{atomic, naming};
 use crate::pipeline::events::{Event, FileMeta};
 use crate::pipeline::Context;
@@ -38,6 +42,18 @@ pub(crate) struct InFlight {
     device: Option<usize>,
     /// The slot holds PNG-filtered rows, not pixels (`RenderOutcome::png_rows`).
     png_rows: bool,
+    /// What a DICOM output needs of its source (`--format dcm` only).
+    dicom: Option<Arc<DicomSource>>,
+}
+
+/// The source of a file's DICOM outputs: its carried header and the settings that shape the
+/// pixels (which key the derived UIDs).
+pub(crate) struct DicomSource {
+    header: Arc<SourceHeader>,
+    frames: u32,
+    instance_number: Option<i64>,
+    fingerprint: String,
+    path: String,
 }
 
 fn panic_reason(what: &str) -> String {
@@ -355,12 +371,37 @@ fn load_file(
         }
     };
     let info = file.info.clone();
+    let selection = &ctx.job.render.frames;
+    let selected = selection.count(info.frames);
+    if selected == 0 {
+        let _ = events.send(Event::Skipped {
+            path: c.path.clone(),
+            reason: format!(
+                "frames = \"{selection}\" selects none of its {} frame(s)",
+                info.frames
+            ),
+        });
+        return;
+    }
     let outputs = output_paths(ctx, c, &info);
+    let dicom = (ctx.job.output.format == OutputFormat::Dcm).then(|| {
+        Arc::new(DicomSource {
+            header: info.source.clone(),
+            frames: info.frames,
+            instance_number: info.instance_number,
+            fingerprint: ctx
+                .job
+                .render
+                .fingerprint(ctx.job.render.windows_for(&info)),
+            path: c.rel.display().to_string(),
+        })
+    });
     let _ = events.send(Event::FileStarted {
         id: c.id,
         path: c.path.clone(),
         meta: FileMeta {
             frames: info.frames,
+            frames_selected: selected,
             rows: info.rows,
             cols: info.cols,
             transfer_syntax: info.transfer_syntax.clone(),
@@ -374,6 +415,9 @@ fn load_file(
     let frame_bytes = info.frame_bytes() as usize;
     for (f, output) in outputs.into_iter().enumerate() {
         let frame = f as u32;
+        if !selection.contains(frame, info.frames) {
+            continue;
+        }
         // The frame's busy time starts here (at the file's open for the first frame: its
         // header, output names and plan are work for this frame too).
         let t_frame = if f == 0 { t0 } else { Instant::now() };
@@ -419,6 +463,21 @@ fn load_file(
                 continue;
             }
         };
+        // The operators may enlarge the image: its output is bounded like its input.
+        if plan.output_bytes() as u64 > ctx.job.pipeline.max_frame_bytes {
+            fail(
+                Stage::Render,
+                format!(
+                    "the operators make a {}x{} output ({} MiB), above the limit of {} MiB \
+                     (pipeline.max_frame_mib)",
+                    plan.out_cols(),
+                    plan.out_rows(),
+                    plan.output_bytes() >> 20,
+                    ctx.job.pipeline.max_frame_bytes >> 20
+                ),
+            );
+            continue;
+        }
         let t_wait = Instant::now();
         let Some(mut slot) = wait.take(ctx) else {
             fail(Stage::Decode, "slot ring closed".into());
@@ -478,6 +537,7 @@ fn load_file(
             window: None,
             device: None,
             png_rows: false,
+            dicom: dicom.clone(),
         };
         if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
             ctx.pool.give_back(job.slot);
@@ -648,14 +708,35 @@ impl Writer {
             window,
             device,
             png_rows,
+            dicom,
         } = job;
         let t0 = Instant::now();
         let encoder = &mut self.encoder;
         let encoded = catch_unwind(AssertUnwindSafe(|| {
-            let (cols, rows, channels) = (plan.cols, plan.rows, plan.channels());
+            let (cols, rows, channels) = (plan.out_cols(), plan.out_rows(), plan.channels());
             if png_rows {
                 let filtered = slot.output.bytes(plan.output_capacity());
                 encoder.encode_filtered(cols, rows, channels, filtered)
+            } else if let Some(src) = &dicom {
+                let pixels = slot.output.bytes(plan.output_bytes());
+                let mut description = format!(
+                    "Rendered to 8 bits by dicomflow {}: {}",
+                    env!("CARGO_PKG_VERSION"),
+                    plan.describe()
+                );
+                if let Some(w) = &window {
+                    description.push_str(&format!(" (window applied {}/{})", w.center, w.width));
+                }
+                let derived = Derived {
+                    source: &src.header,
+                    frame,
+                    frames: src.frames,
+                    instance_number: src.instance_number,
+                    description: &description,
+                    fingerprint: &src.fingerprint,
+                    fallback_id: &src.path,
+                };
+                encoder.encode_dicom(cols, rows, channels, pixels, &derived)
             } else {
                 let pixels = slot.output.bytes(plan.output_bytes());
                 encoder.encode(cols, rows, channels, pixels)

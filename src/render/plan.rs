@@ -4,9 +4,13 @@
 
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+
 use crate::decode::info::{ImageInfo, Photometric};
 use crate::decode::lut::Lut;
-use crate::render::spec::{VoiFunction, WindowSpec};
+use crate::render::frames::FrameSelection;
+use crate::render::ops::{OperatorOptions, Operators};
+use crate::render::spec::{VoiFunction, WindowSpec, Windows};
 
 /// How stored values sit in their container (PS3.5 8.1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -121,32 +125,39 @@ pub struct ColorPlan {
     pub subsampled: bool,
 }
 
-/// Grayscale or colour.
+/// Grayscale, grayscale through several windows, or colour.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Chain {
     Gray(GrayPlan),
+    /// Window channels: one grayscale chain per colour channel (red, green, then blue), equal
+    /// but for their VOI; written as RGB, blue black when there are two.
+    Channels(Vec<GrayPlan>),
     Color(ColorPlan),
 }
 
 /// Everything a backend needs to turn one frame's stored values into 8-bit output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FramePlan {
+    /// The frame's stored size (what the chain reads and renders).
     pub rows: u32,
     pub cols: u32,
     pub chain: Chain,
+    /// Operators applied to the rendering (resize, rotation, flips, inversion); `None` when
+    /// the rendering is the output. The output's size is theirs ([`FramePlan::out_rows`]).
+    pub ops: Option<Operators>,
 }
 
 impl FramePlan {
-    /// Number of pixels.
+    /// Number of stored pixels (the rendering's too).
     pub fn pixels(&self) -> usize {
         self.rows as usize * self.cols as usize
     }
 
-    /// Output channels (1 gray, 3 RGB).
+    /// Output channels (1 gray, 3 RGB or window channels).
     pub fn channels(&self) -> usize {
         match self.chain {
             Chain::Gray(_) => 1,
-            Chain::Color(_) => 3,
+            Chain::Channels(_) | Chain::Color(_) => 3,
         }
     }
 
@@ -154,30 +165,118 @@ impl FramePlan {
     pub fn input_bytes(&self) -> usize {
         match &self.chain {
             Chain::Gray(g) => self.pixels() * g.stored.bytes(),
+            Chain::Channels(gs) => self.pixels() * gs.first().map_or(0, |g| g.stored.bytes()),
             Chain::Color(c) => {
                 crate::render::color::input_samples(c, self.pixels()) * c.stored.bytes()
             }
         }
     }
 
-    /// Output bytes the plan writes.
-    pub fn output_bytes(&self) -> usize {
+    /// Bytes of the rendering before the operators (the output's when there are none).
+    pub fn rendered_bytes(&self) -> usize {
         self.pixels() * self.channels()
+    }
+
+    /// Output rows (after the operators).
+    pub fn out_rows(&self) -> u32 {
+        self.ops.map_or(self.rows, |o| o.out_h)
+    }
+
+    /// Output columns (after the operators).
+    pub fn out_cols(&self) -> u32 {
+        self.ops.map_or(self.cols, |o| o.out_w)
+    }
+
+    /// Output bytes the plan writes: 8-bit pixels of the output size.
+    pub fn output_bytes(&self) -> usize {
+        self.out_rows() as usize * self.out_cols() as usize * self.channels()
     }
 
     /// Room an output slot needs: the 8-bit pixels, or the same rows PNG-filtered, each with
     /// its filter type byte (the GPU leaves them so; see kernels/png.cu).
     pub fn output_capacity(&self) -> usize {
-        self.output_bytes() + self.rows as usize
+        self.output_bytes() + self.out_rows() as usize
+    }
+
+    /// What the plan does, in words (the DICOM output's derivation description).
+    pub fn describe(&self) -> String {
+        let voi = |g: &GrayPlan| match &g.voi {
+            Voi::Window(w) => format!("window {}/{} {}", w.center, w.width, w.function),
+            Voi::Lut(_) => "VOI LUT".to_string(),
+            Voi::Auto(AutoWindow::MinMax, f) => format!("min-max window {f}"),
+            Voi::Auto(AutoWindow::MinMaxNoExtremes, f) => {
+                format!("min-max window without extremes {f}")
+            }
+            Voi::Auto(AutoWindow::Histogram { percent }, f) => {
+                format!("histogram window {percent}% {f}")
+            }
+            Voi::None => "no VOI".to_string(),
+        };
+        let mut s = match &self.chain {
+            Chain::Gray(g) => voi(g),
+            Chain::Channels(gs) => {
+                let names = ["R", "G", "B"];
+                let parts: Vec<String> = gs
+                    .iter()
+                    .zip(names)
+                    .map(|(g, n)| format!("{n}: {}", voi(g)))
+                    .collect();
+                format!("window channels ({})", parts.join(", "))
+            }
+            Chain::Color(_) => "colour to RGB".to_string(),
+        };
+        if let Some(ops) = &self.ops {
+            s.push_str(&format!(
+                "; {}x{} -> {}x{}",
+                self.cols, self.rows, ops.out_w, ops.out_h
+            ));
+        }
+        s
     }
 }
 
-/// The render choices of a run: the VOI the user asked for and an override of the file's VOI
-/// LUT function.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+/// The render choices of a run: the window(s) asked for (by default, per modality, per
+/// series), an override of the file's VOI LUT function, the frames of multi-frame files, and
+/// the operators applied to each rendering.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct RenderOptions {
-    pub window: WindowSpec,
+    /// The window(s) of files no table below names.
+    pub window: Windows,
+    /// Windows by Modality (keys upper case, e.g. `CT`).
+    pub window_by_modality: BTreeMap<String, Windows>,
+    /// Windows by Series Instance UID; these win over the modality's.
+    pub window_by_series: BTreeMap<String, Windows>,
     pub voi_function: Option<VoiFunction>,
+    /// Frames rendered from multi-frame files.
+    pub frames: FrameSelection,
+    #[serde(flatten)]
+    pub ops: OperatorOptions,
+}
+
+impl RenderOptions {
+    /// The windows for a file: its series' entry, else its modality's, else the default.
+    pub fn windows_for(&self, info: &ImageInfo) -> &Windows {
+        info.series_uid
+            .as_deref()
+            .and_then(|s| self.window_by_series.get(s.trim()))
+            .or_else(|| {
+                info.modality
+                    .as_deref()
+                    .and_then(|m| self.window_by_modality.get(&m.trim().to_ascii_uppercase()))
+            })
+            .unwrap_or(&self.window)
+    }
+
+    /// The settings that shape a file's pixels, as text (keys derived UIDs: the same settings
+    /// on the same source give the same UIDs, other settings other UIDs).
+    pub fn fingerprint(&self, windows: &Windows) -> String {
+        format!(
+            "window={windows};voi_function={};ops={:?}",
+            self.voi_function
+                .map_or_else(|| "file".to_string(), |f| f.to_string()),
+            self.ops
+        )
+    }
 }
 
 /// Parses the VOILUTFunction attribute; unknown values fall back to LINEAR as DCMTK does.
@@ -197,9 +296,25 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
         high_bit: info.high_bit,
         signed: info.signed,
     };
+    let windows = opts.windows_for(info);
     let chain = if info.photometric.is_gray() {
-        Chain::Gray(gray_plan(info, frame, stored, opts)?)
+        match windows.specs() {
+            [one] => Chain::Gray(gray_plan(info, frame, stored, opts, *one)?),
+            several => Chain::Channels(
+                several
+                    .iter()
+                    .map(|&spec| gray_plan(info, frame, stored, opts, spec))
+                    .collect::<Result<_, _>>()?,
+            ),
+        }
     } else {
+        if windows.is_channels() {
+            return Err(format!(
+                "window channels ({} windows) need a grayscale image; this one is {}",
+                windows.specs().len(),
+                info.photometric.as_str()
+            ));
+        }
         if info.bits_allocated == 32 {
             return Err("32-bit colour images are not supported".into());
         }
@@ -234,6 +349,7 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
         rows: info.rows,
         cols: info.cols,
         chain,
+        ops: opts.ops.resolve(info.cols, info.rows)?,
     })
 }
 
@@ -249,6 +365,7 @@ fn gray_plan(
     frame: u32,
     stored: StoredFormat,
     opts: &RenderOptions,
+    window: WindowSpec,
 ) -> Result<GrayPlan, String> {
     let attrs = info.frame_attrs(frame);
     let no_modality = info
@@ -289,7 +406,7 @@ fn gray_plan(
             }
         })
     };
-    let voi = match opts.window {
+    let voi = match window {
         WindowSpec::Default => match window_at(1) {
             Some(v @ Voi::Window(_)) => v,
             _ => Voi::Auto(AutoWindow::MinMax, function),

@@ -97,6 +97,81 @@ impl fmt::Display for WindowSpec {
     }
 }
 
+/// Most windows one rendering takes: one per colour channel (red, green, blue).
+pub const MAX_WINDOW_CHANNELS: usize = 3;
+
+/// The window(s) of a rendering: one gives a grayscale image; two or three give one colour
+/// image whose red, green (and blue) channels are the frame rendered through each window in
+/// turn (the usual input of 2D networks for CT: e.g. brain, subdural and bone windows); with
+/// two, blue is black.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Windows(Vec<WindowSpec>);
+
+impl Windows {
+    /// A single window: grayscale output.
+    pub fn one(spec: WindowSpec) -> Self {
+        Windows(vec![spec])
+    }
+
+    /// One to [`MAX_WINDOW_CHANNELS`] windows.
+    pub fn new(specs: Vec<WindowSpec>) -> Result<Self, String> {
+        match specs.len() {
+            0 => Err("no window given".into()),
+            n if n > MAX_WINDOW_CHANNELS => Err(format!(
+                "{n} windows given: a colour image has at most {MAX_WINDOW_CHANNELS} channels \
+                 (red, green, blue)"
+            )),
+            _ => Ok(Windows(specs)),
+        }
+    }
+
+    /// Parses each value as a [`WindowSpec`].
+    pub fn parse_all<S: AsRef<str>>(values: &[S]) -> Result<Self, String> {
+        let specs = values
+            .iter()
+            .map(|v| v.as_ref().parse::<WindowSpec>())
+            .collect::<Result<Vec<_>, _>>()?;
+        Windows::new(specs)
+    }
+
+    /// The windows, in channel order.
+    pub fn specs(&self) -> &[WindowSpec] {
+        &self.0
+    }
+
+    /// True for two or three windows: a colour image of window channels.
+    pub fn is_channels(&self) -> bool {
+        self.0.len() > 1
+    }
+}
+
+impl Default for Windows {
+    fn default() -> Self {
+        Windows::one(WindowSpec::Default)
+    }
+}
+
+impl fmt::Display for Windows {
+    /// `40,400`, or `[40,80; 80,200; 600,2800]` for channels.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let [one] = self.0.as_slice() {
+            return write!(f, "{one}");
+        }
+        let parts: Vec<String> = self.0.iter().map(|w| w.to_string()).collect();
+        write!(f, "[{}]", parts.join("; "))
+    }
+}
+
+impl serde::Serialize for Windows {
+    /// One window as itself (as before channels existed), several as a list.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+}
+
 /// The VOI LUT function (PS3.3 C.11.2.1.3) used with a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -205,6 +280,20 @@ mod tests {
             let spec: WindowSpec = s.parse().unwrap();
             assert_eq!(spec.to_string(), s);
         }
+    }
+
+    #[test]
+    fn windows_take_one_to_three_channels() {
+        let one = Windows::parse_all(&["40,400"]).unwrap();
+        assert!(!one.is_channels());
+        assert_eq!(one.to_string(), "40,400");
+        let three = Windows::parse_all(&["40,80", "80,200", "600,2800"]).unwrap();
+        assert!(three.is_channels());
+        assert_eq!(three.to_string(), "[40,80; 80,200; 600,2800]");
+        assert!(Windows::parse_all::<&str>(&[]).is_err());
+        let four = Windows::parse_all(&["file"; 4]).unwrap_err();
+        assert!(four.contains("at most 3"), "{four}");
+        assert!(Windows::parse_all(&["40,400", "nope"]).is_err());
     }
 
     #[test]

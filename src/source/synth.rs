@@ -438,8 +438,8 @@ fn build_object(o: &SynthOptions, index: u32, frames: &[u32]) -> Result<Vec<u8>,
         .transfer_syntax(uids::EXPLICIT_VR_LITTLE_ENDIAN)
         .media_storage_sop_class_uid(sop_class)
         .media_storage_sop_instance_uid(sop_uid.as_str())
-        .implementation_class_uid("2.25.98765432109876543210")
-        .implementation_version_name("DICOMFLOW_010")
+        .implementation_class_uid(crate::output::dicom::IMPLEMENTATION_CLASS_UID)
+        .implementation_version_name(crate::output::dicom::IMPLEMENTATION_VERSION_NAME)
         .build()
         .map_err(|e| format!("file meta: {e}"))?;
     let file = obj.with_exact_meta(meta);
@@ -535,6 +535,7 @@ pub fn phantom_plan(size: u32) -> FramePlan {
             invert: false,
             pixels: size as u64 * size as u64,
         }),
+        ops: None,
     }
 }
 

@@ -8,7 +8,8 @@ use std::path::Path;
 use dicom_encoding::transfer_syntax::TransferSyntaxIndex;
 
 use dicomflow::decode::{probe, DecodeLimits, ImageFile};
-use dicomflow::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
+use dicomflow::render::plan::{plan_frame, Chain, GrayPlan, Modality, RenderOptions, Voi};
+use dicomflow::render::spec::Windows;
 
 /// Describes `path` as text; `opts` is the window choice to explain.
 pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
@@ -150,35 +151,44 @@ pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
     if let Some(p) = &i.presentation_lut_shape {
         let _ = writeln!(s, "presentation LUT   {p}");
     }
-    let _ = writeln!(s, "requested window   {}", opts.window);
+    let _ = writeln!(s, "requested window   {}", opts.windows_for(i));
     match plan_frame(i, 0, opts) {
         Ok(plan) => {
+            let gray = |g: &GrayPlan| {
+                let m = match &g.modality {
+                    Modality::Identity => "identity".to_string(),
+                    Modality::Rescale { slope, intercept } => {
+                        format!("rescale {slope}·x + {intercept}")
+                    }
+                    Modality::Lut(_) => "modality LUT".to_string(),
+                };
+                let v = match &g.voi {
+                    Voi::Window(w) => format!(
+                        "window center {} width {} ({})",
+                        w.center, w.width, w.function
+                    ),
+                    Voi::Lut(l) => format!("VOI LUT ({} entries)", l.data.len()),
+                    Voi::Auto(a, f) => format!("{a:?} computed from each frame ({f})"),
+                    Voi::None => "none (full range scaled)".to_string(),
+                };
+                format!(
+                    "{m}; {v}{}",
+                    if g.invert {
+                        "; inverted (MONOCHROME1)"
+                    } else {
+                        ""
+                    }
+                )
+            };
             let chosen = match &plan.chain {
-                Chain::Gray(g) => {
-                    let m = match &g.modality {
-                        Modality::Identity => "identity".to_string(),
-                        Modality::Rescale { slope, intercept } => {
-                            format!("rescale {slope}·x + {intercept}")
-                        }
-                        Modality::Lut(_) => "modality LUT".to_string(),
-                    };
-                    let v = match &g.voi {
-                        Voi::Window(w) => format!(
-                            "window center {} width {} ({})",
-                            w.center, w.width, w.function
-                        ),
-                        Voi::Lut(l) => format!("VOI LUT ({} entries)", l.data.len()),
-                        Voi::Auto(a, f) => format!("{a:?} computed from each frame ({f})"),
-                        Voi::None => "none (full range scaled)".to_string(),
-                    };
-                    format!(
-                        "{m}; {v}{}",
-                        if g.invert {
-                            "; inverted (MONOCHROME1)"
-                        } else {
-                            ""
-                        }
-                    )
+                Chain::Gray(g) => gray(g),
+                Chain::Channels(gs) => {
+                    let parts: Vec<String> = gs
+                        .iter()
+                        .zip(["R", "G", "B"])
+                        .map(|(g, c)| format!("{c}: {}", gray(g)))
+                        .collect();
+                    format!("window channels: {}", parts.join(" | "))
                 }
                 Chain::Color(c) => {
                     format!("colour {:?} -> RGB", c.model).replace("Palette(..)", "palette")
@@ -199,6 +209,7 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
     let window = a
         .window
         .parse()
+        .map(Windows::one)
         .map_err(|e: String| FatalError::Config(format!("--window: {e}")))?;
     let voi_function = match &a.voi_function {
         Some(v) => dicomflow::render::spec::parse_voi_override(v)
@@ -210,6 +221,7 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
         &RenderOptions {
             window,
             voi_function,
+            ..RenderOptions::default()
         },
     ) {
         Ok(text) => {

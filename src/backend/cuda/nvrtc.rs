@@ -17,6 +17,7 @@ pub fn source() -> String {
         include_str!("../../../kernels/gray.cu"),
         include_str!("../../../kernels/color.cu"),
         include_str!("../../../kernels/png.cu"),
+        include_str!("../../../kernels/ops.cu"),
         include_str!("../../../kernels/probes.cu"),
     ] {
         for line in part.lines() {
@@ -208,7 +209,17 @@ mod tests {
                 .count(),
             1
         );
-        assert!(s.contains("gray_apply_u16") && s.contains("color_full"));
+        for kernel in [
+            "gray_apply_u16",
+            "gray_channels",
+            "color_full",
+            "png_filter_rows",
+            "ops_gather",
+            "ops_resample_h",
+            "ops_resample_v",
+        ] {
+            assert!(s.contains(kernel), "{kernel}");
+        }
     }
 
     /// Compiles the real kernels when NVRTC can be loaded (no GPU needed: e.g. with the

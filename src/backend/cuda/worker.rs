@@ -2,9 +2,10 @@
 //! stored values to the GPU by the chosen strategy (mapped zero-copy, async copies from pinned
 //! memory, or synchronous copies from pageable memory), computes frame statistics on the GPU
 //! when automatic windows need them, applies the chain's table (the same table the CPU backend
-//! applies, so the bytes are identical), PNG-filters the rows when the output is a fast PNG
-//! (kernels/png.cu; the writer then only deflates), and brings the result back. CUDA events
-//! time the transfer-in, compute and transfer-out parts.
+//! applies, so the bytes are identical; one per channel for window channels), applies the
+//! operators (kernels/ops.cu, with the tables `render::ops` builds for the CPU too), PNG-filters
+//! the rows when the output is a fast PNG (kernels/png.cu; the writer then only deflates), and
+//! brings the result back. CUDA events time the transfer-in, compute and transfer-out parts.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::backend::cpu::CpuRenderer;
 use crate::backend::{BackendError, RenderError, RenderOutcome, RenderTimings, RenderWorker};
 use crate::memory::Slot;
 use crate::render::chain::{self, Resolved, ResolvedVoi};
+use crate::render::ops::Operators;
 use crate::render::plan::{Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Window};
 use crate::render::table::{self, IndexMap};
 
@@ -31,11 +33,15 @@ struct Kernels {
     apply_u16: Function,
     apply_u8: Function,
     apply_u32: Function,
+    channels: Function,
     color_full: Function,
     color_422: Function,
     palette: Function,
     png_filter_rows: Function,
     copy_bytes: Function,
+    ops_gather: Function,
+    ops_resample_h: Function,
+    ops_resample_v: Function,
 }
 
 impl Kernels {
@@ -48,11 +54,15 @@ impl Kernels {
             apply_u16: m.function(c"gray_apply_u16")?,
             apply_u8: m.function(c"gray_apply_u8")?,
             apply_u32: m.function(c"gray_apply_u32")?,
+            channels: m.function(c"gray_channels")?,
             color_full: m.function(c"color_full")?,
             color_422: m.function(c"color_422")?,
             palette: m.function(c"palette_apply")?,
             png_filter_rows: m.function(c"png_filter_rows")?,
             copy_bytes: m.function(c"copy_bytes")?,
+            ops_gather: m.function(c"ops_gather")?,
+            ops_resample_h: m.function(c"ops_resample_h")?,
+            ops_resample_v: m.function(c"ops_resample_v")?,
         })
     }
 }
@@ -61,7 +71,20 @@ impl Kernels {
 #[derive(PartialEq)]
 enum TableKey {
     Gray(GrayPlan, Resolved),
+    Channels(Vec<GrayPlan>, Vec<Resolved>),
     Palette(ColorPlan),
+}
+
+/// Where each operator table sits in the worker's device buffer of operator tables (in `i32`s).
+#[derive(Clone, Copy)]
+struct OpsLayout {
+    cols_bounds: usize,
+    cols_weights: usize,
+    cols_ksize: u32,
+    rows_bounds: usize,
+    rows_weights: usize,
+    rows_ksize: u32,
+    gather: bool,
 }
 
 /// Device pointers of the frame being rendered.
@@ -86,10 +109,20 @@ pub struct CudaWorker {
     dev_pixels: Option<DeviceBuffer>,
     /// Filtered rows of a zero-copy frame, before one wide copy into the mapped slot.
     dev_rows: Option<DeviceBuffer>,
+    /// The chain's rendering, awaiting the operators.
+    dev_rendered: Option<DeviceBuffer>,
+    /// The operators' horizontal pass.
+    dev_between: Option<DeviceBuffer>,
+    /// The operators' tables (`ops_host` on the device) and what they were built from.
+    dev_ops: Option<DeviceBuffer>,
+    ops_key: Option<(Operators, OpsLayout)>,
+    ops_host: Vec<i32>,
     dev_table: Option<DeviceBuffer>,
     dev_counts: Option<DeviceBuffer>,
     table_key: Option<TableKey>,
     host_table: Vec<u8>,
+    /// One channel's table while window channels are concatenated into `host_table`.
+    channel_table: Vec<u8>,
     host_counts: Vec<u32>,
     cpu: CpuRenderer,
     last_publish: Instant,
@@ -127,10 +160,16 @@ impl CudaWorker {
             dev_out: None,
             dev_pixels: None,
             dev_rows: None,
+            dev_rendered: None,
+            dev_between: None,
+            dev_ops: None,
+            ops_key: None,
+            ops_host: Vec::new(),
             dev_table: None,
             dev_counts: None,
             table_key: None,
             host_table: Vec::new(),
+            channel_table: Vec::new(),
             host_counts: Vec::new(),
             cpu: CpuRenderer::default(),
             last_publish: Instant::now(),
@@ -143,6 +182,10 @@ impl CudaWorker {
         self.dev_out = None;
         self.dev_pixels = None;
         self.dev_rows = None;
+        self.dev_rendered = None;
+        self.dev_between = None;
+        self.dev_ops = None;
+        self.ops_key = None;
         self.dev_table = None;
         self.dev_counts = None;
         self.table_key = None;
@@ -308,6 +351,184 @@ impl CudaWorker {
         })
     }
 
+    /// Window channels: one histogram when a channel's window needs it, one table per channel
+    /// (concatenated), one kernel writing interleaved RGB.
+    fn render_channels(
+        &mut self,
+        gs: &[GrayPlan],
+        map: IndexMap,
+        pixels: u64,
+        io: Io,
+    ) -> Result<Option<Window>, RenderError> {
+        let cuda = RenderError::Cuda;
+        let Some(first) = gs.first() else {
+            return Err(RenderError::Internal(
+                "window channels without a window".into(),
+            ));
+        };
+        let stats = if gs.iter().any(chain::needs_statistics) {
+            Some(self.histogram(first, map, io, pixels).map_err(cuda)?)
+        } else {
+            None
+        };
+        let resolved = gs
+            .iter()
+            .map(|g| chain::resolve(g, stats.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(RenderError::Plan)?;
+        let key = TableKey::Channels(gs.to_vec(), resolved.clone());
+        if self.table_key.as_ref() != Some(&key) {
+            self.host_table.clear();
+            for (g, r) in gs.iter().zip(&resolved) {
+                table::build_gray_table(g, r, map, &mut self.channel_table);
+                self.host_table.extend_from_slice(&self.channel_table);
+            }
+        }
+        let table_ptr = self.ensure_table(key).map_err(cuda)?;
+        let args = Args::default()
+            .u64(io.input)
+            .u64(io.output)
+            .u64(pixels)
+            .u32(first.stored.bytes() as u32)
+            .u32(map.shift)
+            .u32(map.mask)
+            .u64(table_ptr)
+            .u32(map.len() as u32)
+            .u32(gs.len() as u32);
+        driver::launch(
+            self.k.channels,
+            grid_for(pixels),
+            BLOCK,
+            0,
+            &self.stream,
+            args,
+        )
+        .map_err(cuda)?;
+        Ok(match resolved.first().map(|r| &r.voi) {
+            Some(ResolvedVoi::Window(w)) => Some(*w),
+            _ => None,
+        })
+    }
+
+    /// The operators: the rendering at `src` (device memory) to the output size at `dst`, by one
+    /// gather kernel when every output reads one pixel, else the two resampling passes.
+    fn apply_ops(
+        &mut self,
+        op: &Operators,
+        channels: usize,
+        src: u64,
+        dst: u64,
+    ) -> Result<(), CudaError> {
+        let layout = match self.ops_key {
+            Some((key, layout)) if key == *op && self.dev_ops.is_some() => layout,
+            _ => {
+                let t = op.tables();
+                self.ops_host.clear();
+                let at = |v: &[i32], host: &mut Vec<i32>| {
+                    let start = host.len();
+                    host.extend_from_slice(v);
+                    start
+                };
+                let layout = OpsLayout {
+                    cols_bounds: at(&t.cols.bounds, &mut self.ops_host),
+                    cols_weights: at(&t.cols.weights, &mut self.ops_host),
+                    cols_ksize: t.cols.ksize as u32,
+                    rows_bounds: at(&t.rows.bounds, &mut self.ops_host),
+                    rows_weights: at(&t.rows.weights, &mut self.ops_host),
+                    rows_ksize: t.rows.ksize as u32,
+                    gather: t.gather,
+                };
+                let bytes = self.ops_host.len() * 4;
+                let ptr = driver::ensure_buffer(&mut self.dev_ops, &self.stream, bytes)?;
+                // SAFETY: ops_host is not modified until the stream is synchronized at the end
+                // of the frame (it changes only when the operators do, in a later frame).
+                unsafe {
+                    driver::copy_htod_async(
+                        ptr,
+                        self.ops_host.as_ptr() as *const u8,
+                        bytes,
+                        &self.stream,
+                    )?
+                };
+                self.ops_key = Some((*op, layout));
+                layout
+            }
+        };
+        let base = self.dev_ops.as_ref().map(|b| b.ptr()).unwrap_or(0);
+        let at = |i: usize| base + 4 * i as u64;
+        let m = op.orient.map(|v| v as u32);
+        let ch = channels as u32;
+        if layout.gather {
+            let args = Args::default()
+                .u64(src)
+                .u64(dst)
+                .u32(op.src_w)
+                .u32(ch)
+                .u32(op.out_w)
+                .u32(op.out_h)
+                .u64(at(layout.cols_bounds))
+                .u64(at(layout.rows_bounds))
+                .u32(m[0])
+                .u32(m[1])
+                .u32(m[2])
+                .u32(m[3])
+                .u32(m[4])
+                .u32(m[5])
+                .u32(op.invert as u32);
+            let n = op.out_w as u64 * op.out_h as u64;
+            return driver::launch(self.k.ops_gather, grid_for(n), BLOCK, 0, &self.stream, args);
+        }
+        let between = driver::ensure_buffer(
+            &mut self.dev_between,
+            &self.stream,
+            op.intermediate_bytes(channels),
+        )?;
+        let args = Args::default()
+            .u64(src)
+            .u64(between)
+            .u32(op.src_w)
+            .u32(ch)
+            .u32(op.out_w)
+            .u32(op.oriented_h)
+            .u64(at(layout.cols_bounds))
+            .u64(at(layout.cols_weights))
+            .u32(layout.cols_ksize)
+            .u32(m[0])
+            .u32(m[1])
+            .u32(m[2])
+            .u32(m[3])
+            .u32(m[4])
+            .u32(m[5])
+            .u32(op.invert as u32);
+        let n = op.out_w as u64 * op.oriented_h as u64;
+        driver::launch(
+            self.k.ops_resample_h,
+            grid_for(n),
+            BLOCK,
+            0,
+            &self.stream,
+            args,
+        )?;
+        let args = Args::default()
+            .u64(between)
+            .u64(dst)
+            .u32(op.out_w)
+            .u32(ch)
+            .u32(op.out_h)
+            .u64(at(layout.rows_bounds))
+            .u64(at(layout.rows_weights))
+            .u32(layout.rows_ksize);
+        let n = op.out_w as u64 * ch as u64 * op.out_h as u64;
+        driver::launch(
+            self.k.ops_resample_v,
+            grid_for(n),
+            BLOCK,
+            0,
+            &self.stream,
+            args,
+        )
+    }
+
     fn render_color(&mut self, c: &ColorPlan, pixels: u64, io: Io) -> Result<(), RenderError> {
         let cuda = RenderError::Cuda;
         let map = IndexMap::of(&c.stored)
@@ -403,19 +624,26 @@ impl CudaWorker {
         let staged = self
             .stage_in(strategy, slot, in_bytes, out_bytes)
             .map_err(cuda)?;
-        // The render kernels write pixels where the filter kernel will read them, or straight
-        // to the output when there is no filter.
-        let io = match png_filter {
-            Some(_) => Io {
-                input: staged.input,
-                output: driver::ensure_buffer(
-                    &mut self.dev_pixels,
-                    &self.stream,
-                    plan.output_bytes(),
-                )
-                .map_err(cuda)?,
-            },
-            None => staged,
+        // The final pixels (the output size) go where the filter kernel will read them, or
+        // straight to the output when there is no filter; with operators, the chain renders
+        // into device memory first and the operators write the final pixels.
+        let final_pixels = match png_filter {
+            Some(_) => {
+                driver::ensure_buffer(&mut self.dev_pixels, &self.stream, plan.output_bytes())
+                    .map_err(cuda)?
+            }
+            None => staged.output,
+        };
+        let rendered = match plan.ops {
+            Some(_) => {
+                driver::ensure_buffer(&mut self.dev_rendered, &self.stream, plan.rendered_bytes())
+                    .map_err(cuda)?
+            }
+            None => final_pixels,
+        };
+        let io = Io {
+            input: staged.input,
+            output: rendered,
         };
         self.ev[1].record(&self.stream).map_err(cuda)?;
         let window = match &plan.chain {
@@ -427,13 +655,25 @@ impl CudaWorker {
                     ))
                 }
             },
+            Chain::Channels(gs) => match gs.first().and_then(|g| IndexMap::of(&g.stored)) {
+                Some(map) => self.render_channels(gs, map, pixels, io)?,
+                None => {
+                    return Err(RenderError::Internal(
+                        "deep grayscale routed to the GPU".into(),
+                    ))
+                }
+            },
             Chain::Color(c) => {
                 self.render_color(c, pixels, io)?;
                 None
             }
         };
+        if let Some(op) = &plan.ops {
+            self.apply_ops(op, plan.channels(), rendered, final_pixels)
+                .map_err(cuda)?;
+        }
         if let Some(mode) = png_filter {
-            self.filter_rows(strategy, plan, mode, io.output, staged.output)
+            self.filter_rows(strategy, plan, mode, final_pixels, staged.output)
                 .map_err(cuda)?;
         }
         self.ev[2].record(&self.stream).map_err(cuda)?;
@@ -476,21 +716,15 @@ impl CudaWorker {
             Strategy::Pinned | Strategy::Pageable => output,
         };
         let channels = plan.channels() as u32;
+        let (cols, rows) = (plan.out_cols(), plan.out_rows());
         let args = Args::default()
             .u64(pixels)
             .u64(rows_at)
-            .u32(plan.cols * channels)
-            .u32(plan.rows)
+            .u32(cols * channels)
+            .u32(rows)
             .u32(channels)
             .u32(mode);
-        driver::launch(
-            self.k.png_filter_rows,
-            plan.rows,
-            BLOCK,
-            0,
-            &self.stream,
-            args,
-        )?;
+        driver::launch(self.k.png_filter_rows, rows, BLOCK, 0, &self.stream, args)?;
         if rows_at != output {
             let args = Args::default().u64(rows_at).u64(output).u64(bytes as u64);
             driver::launch(
@@ -517,10 +751,13 @@ impl CudaWorker {
 impl RenderWorker for CudaWorker {
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
         // Stored values deeper than 16 bits have no table: the CPU reference renders them.
-        if let Chain::Gray(g) = &plan.chain {
-            if IndexMap::of(&g.stored).is_none() {
-                return self.cpu.render(plan, slot);
-            }
+        let deep = match &plan.chain {
+            Chain::Gray(g) => IndexMap::of(&g.stored).is_none(),
+            Chain::Channels(gs) => gs.iter().any(|g| IndexMap::of(&g.stored).is_none()),
+            Chain::Color(_) => false,
+        };
+        if deep {
+            return self.cpu.render(plan, slot);
         }
         let shared = self.shared.clone();
         let strategy = shared.strategy(|candidates| self.calibrate(candidates, plan, slot))?;
