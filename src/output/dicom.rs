@@ -31,6 +31,23 @@ pub const IMPLEMENTATION_CLASS_UID: &str = "2.25.98765432109876543210";
 /// The Implementation Version Name dicomflow writes in file meta information.
 pub const IMPLEMENTATION_VERSION_NAME: &str = "DICOMFLOW_010";
 
+/// Storage SOP classes of single-frame images (CR, CT, MR, Secondary Capture, DX, MG, IO,
+/// PET, US), whose instances are not referenced by frame.
+const SINGLE_FRAME_CLASSES: [&str; 12] = [
+    "1.2.840.10008.5.1.4.1.1.1",
+    "1.2.840.10008.5.1.4.1.1.1.1",
+    "1.2.840.10008.5.1.4.1.1.1.1.1",
+    "1.2.840.10008.5.1.4.1.1.1.2",
+    "1.2.840.10008.5.1.4.1.1.1.2.1",
+    "1.2.840.10008.5.1.4.1.1.1.3",
+    "1.2.840.10008.5.1.4.1.1.1.3.1",
+    "1.2.840.10008.5.1.4.1.1.2",
+    "1.2.840.10008.5.1.4.1.1.4",
+    "1.2.840.10008.5.1.4.1.1.6.1",
+    "1.2.840.10008.5.1.4.1.1.7",
+    "1.2.840.10008.5.1.4.1.1.128",
+];
+
 /// One rendered frame and what it was made from.
 #[derive(Debug, Clone, Copy)]
 pub struct Derived<'a> {
@@ -115,7 +132,8 @@ pub fn dataset(
         obj.put(e.clone());
     }
     let has = |obj: &InMemDicomObject, t: Tag| obj.get(t).is_some();
-    // Type 2 attributes: present, empty when the source lacks them.
+    // Type 2 attributes (and 2C ones a validator cannot decide): present, empty when the
+    // source lacks them.
     for (t, vr) in [
         (tags::PATIENT_NAME, VR::PN),
         (tags::PATIENT_ID, VR::LO),
@@ -128,6 +146,7 @@ pub fn dataset(
         (tags::ACCESSION_NUMBER, VR::SH),
         (tags::SERIES_NUMBER, VR::IS),
         (tags::PATIENT_ORIENTATION, VR::CS),
+        (tags::LATERALITY, VR::CS),
     ] {
         if !has(&obj, t) {
             obj.put(DataElement::new(t, vr, PrimitiveValue::Empty));
@@ -228,7 +247,9 @@ pub fn dataset(
             VR::UI,
             instance.as_str(),
         );
-        if d.frames > 1 {
+        // A frame number only for SOP classes that have frames (dciodvfy rejects one on a
+        // single-frame class, even when the file carries Number of Frames).
+        if d.frames > 1 && !SINGLE_FRAME_CLASSES.contains(&class.as_str()) {
             put(&mut item, tags::REFERENCED_FRAME_NUMBER, VR::IS, frame);
         }
         let mut purpose = InMemDicomObject::new_empty();
@@ -332,7 +353,7 @@ mod tests {
             &mut obj,
             tags::SOP_CLASS_UID,
             VR::UI,
-            uids::CT_IMAGE_STORAGE,
+            uids::ENHANCED_CT_IMAGE_STORAGE,
         );
         put(&mut obj, tags::MODALITY, VR::CS, "CT");
         put(&mut obj, tags::SERIES_DESCRIPTION, VR::LO, "Head");
@@ -409,6 +430,27 @@ mod tests {
             g(&obj, tags::SERIES_INSTANCE_UID),
             g(&other, tags::SERIES_INSTANCE_UID)
         );
+    }
+
+    #[test]
+    fn frames_of_single_frame_classes_are_not_referenced_by_number() {
+        let mut obj = InMemDicomObject::new_empty();
+        put(&mut obj, tags::SOP_INSTANCE_UID, VR::UI, "1.2.3.4.5");
+        put(
+            &mut obj,
+            tags::SOP_CLASS_UID,
+            VR::UI,
+            uids::CT_IMAGE_STORAGE,
+        );
+        let src = SourceHeader::of(&obj);
+        let ds = dataset(1, 1, 1, &[0], &derived(&src, 1, "f")).unwrap();
+        let item = &ds
+            .get(tags::SOURCE_IMAGE_SEQUENCE)
+            .unwrap()
+            .items()
+            .unwrap()[0];
+        assert!(item.get(tags::REFERENCED_SOP_INSTANCE_UID).is_some());
+        assert!(item.get(tags::REFERENCED_FRAME_NUMBER).is_none());
     }
 
     #[test]

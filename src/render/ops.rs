@@ -8,15 +8,17 @@
 //! resized onto the output canvas (stretched, or scaled keeping its aspect ratio and padded with
 //! black or centre-cropped). Padding stays black whatever `invert` says: it is not image.
 //!
-//! Resizing is Pillow's `Image.resize` (Resample.c and Geometry.c, Pillow 4 to 13): `bilinear`
-//! is its `BILINEAR` and `area` its `BOX` — a separable convolution whose support widens with
-//! the downscaling factor (antialiased), with the weights of each output pixel normalized and
+//! Resizing is Pillow's `Image.resize` (Resample.c and Geometry.c): `bilinear` is its
+//! `BILINEAR` and `area` its `BOX` — a separable convolution whose support widens with the
+//! downscaling factor (antialiased), with the weights of each output pixel normalized and
 //! rounded to 22-bit fixed point, applied horizontally first into an 8-bit intermediate and
 //! then vertically, each sum rounded half up and clamped to 0..=255; `nearest` is its `NEAREST`
 //! (source positions accumulated in double precision as Pillow does). The weights are computed
 //! here, once, in the same double-precision operations as Pillow's C, and travel to the GPU as
-//! integers: outputs equal Pillow's on the same 8-bit image (tests/dataset.rs checks it with
-//! Pillow itself) and both backends agree bit for bit.
+//! integers, so both backends agree bit for bit. The outputs are Pillow 4–12's exactly;
+//! Pillow 13 runs the vertical pass first when the height shrinks more than the width
+//! (python-pillow/Pillow#9549), which moves near-ties by 1 there. tests/dataset.rs compares
+//! with the Pillow installed.
 
 use std::fmt;
 use std::str::FromStr;
