@@ -1,7 +1,9 @@
 //! GPU backend tests. Each test skips (printing why) on machines without a usable CUDA device;
 //! on the GPU machine they check that every transfer strategy produces exactly the CPU
-//! reference's bytes, that the kernel cache serves a second process, and that several GPUs
-//! share the work with identical output, and that `bench transfer` prints its whole table.
+//! reference's bytes — for the render chains, window channels, and every operator (resize with
+//! each interpolation and fit, rotations, flips, inversion) — that the kernel cache serves a
+//! second process, that several GPUs share the work with identical output, and that
+//! `bench transfer` prints its whole table.
 
 mod common;
 use common::{bin, tempdir};
@@ -20,6 +22,7 @@ use dicomflow::memory::SlotPool;
 use dicomflow::output::encode::png_filter_mode;
 use dicomflow::output::options::{OutputFormat, OutputOptions, PngFilter};
 use dicomflow::output::png::filter_rows;
+use dicomflow::render::ops::{Fit, Flip, Interpolation, OperatorOptions, Resize};
 use dicomflow::render::plan::{
     AutoWindow, Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Modality, StoredFormat, Voi,
     Window,
@@ -209,12 +212,132 @@ fn plans() -> Vec<FramePlan> {
     v
 }
 
+/// Window channels (2 and 3, an automatic window among them) and every operator — each
+/// interpolation and fit, upscaling and downscaling, rotations, flips, inversion — on grayscale
+/// (8 and 16 bits), window channels and colour chains of the plans above.
+fn operator_plans(chains: &[FramePlan]) -> Vec<FramePlan> {
+    let gray = |bits: u16| {
+        chains
+            .iter()
+            .find(|p| matches!(&p.chain, Chain::Gray(g) if g.stored.bits_allocated == bits))
+            .cloned()
+            .expect("a grayscale plan")
+    };
+    let mut bases = vec![gray(8), gray(16)];
+    for n in [2usize, 3] {
+        let mut p = gray(16);
+        let Chain::Gray(g) = &p.chain else {
+            unreachable!("grayscale")
+        };
+        let vois = [
+            window(40.0, 80.0, VoiFunction::Linear),
+            Voi::Auto(AutoWindow::MinMax, VoiFunction::Linear),
+            window(600.0, 2800.0, VoiFunction::Sigmoid),
+        ];
+        p.chain = Chain::Channels(
+            vois[..n]
+                .iter()
+                .map(|v| GrayPlan {
+                    voi: v.clone(),
+                    ..g.clone()
+                })
+                .collect(),
+        );
+        bases.push(p);
+    }
+    bases.extend(
+        chains
+            .iter()
+            .filter(|p| matches!(&p.chain, Chain::Color(_)))
+            .step_by(5) // RGB, YBR_FULL, an 8-bit palette
+            .cloned(),
+    );
+    let options = [
+        OperatorOptions {
+            resize: Resize::Exact {
+                width: 64,
+                height: 48,
+            },
+            ..OperatorOptions::default()
+        },
+        OperatorOptions {
+            resize: Resize::Exact {
+                width: 100,
+                height: 100,
+            },
+            fit: Fit::Pad,
+            interpolation: Interpolation::Area,
+            invert: true,
+            ..OperatorOptions::default()
+        },
+        OperatorOptions {
+            resize: Resize::Exact {
+                width: 90,
+                height: 40,
+            },
+            fit: Fit::Crop,
+            interpolation: Interpolation::Nearest,
+            rotate: 90,
+            flip: Flip::Horizontal,
+            ..OperatorOptions::default()
+        },
+        OperatorOptions {
+            resize: Resize::Longest(700),
+            rotate: 270,
+            ..OperatorOptions::default()
+        },
+        OperatorOptions {
+            resize: Resize::Scale(0.3),
+            interpolation: Interpolation::Area,
+            flip: Flip::Both,
+            ..OperatorOptions::default()
+        },
+        OperatorOptions {
+            rotate: 180,
+            invert: true,
+            ..OperatorOptions::default()
+        },
+    ];
+    let mut v = Vec::new();
+    for base in &bases {
+        for o in &options {
+            let mut p = base.clone();
+            p.ops = o.resolve(p.cols, p.rows).unwrap();
+            assert!(p.ops.is_some(), "{o:?}");
+            v.push(p);
+        }
+    }
+    v
+}
+
+/// Runs without a GPU: the operator plans the GPU test uses are valid, and the CPU reference
+/// renders every one to the output size its plan announces.
+#[test]
+fn operator_plans_render_on_the_cpu_reference() {
+    let chains = plans();
+    let plans = operator_plans(&chains);
+    assert!(plans.len() >= 40, "{}", plans.len());
+    let mut cpu = CpuRenderer::default();
+    for (i, plan) in plans.iter().enumerate() {
+        let input = noise(i as u64 + 7, plan.input_bytes());
+        let mut out = vec![0u8; plan.output_bytes()];
+        cpu.render_bytes(plan, &input, &mut out)
+            .unwrap_or_else(|e| panic!("plan {i}: {e}"));
+        let ops = plan.ops.expect("operators");
+        assert_eq!(
+            plan.output_bytes(),
+            ops.out_w as usize * ops.out_h as usize * plan.channels()
+        );
+    }
+}
+
 #[test]
 fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
     if gpu_or_skip("gpu_every_strategy_matches_the_cpu_reference_bit_for_bit").is_none() {
         return;
     }
-    let plans = plans();
+    let mut plans = plans();
+    plans.extend(operator_plans(&plans));
     let mut cpu = CpuRenderer::default();
     // PNG output (the default) has the GPU filter the rows as well; BMP gets plain pixels.
     for (transfer, page_locking, format) in [
@@ -260,7 +383,11 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
             let outcome = worker.render(plan, &mut slot).unwrap();
             // Stored values deeper than 16 bits take the CPU path inside the worker: pixels.
             let filtered = outcome.png_rows;
-            let deep = matches!(&plan.chain, Chain::Gray(g) if IndexMap::of(&g.stored).is_none());
+            let deep = match &plan.chain {
+                Chain::Gray(g) => IndexMap::of(&g.stored).is_none(),
+                Chain::Channels(gs) => gs.iter().any(|g| IndexMap::of(&g.stored).is_none()),
+                Chain::Color(_) => false,
+            };
             assert_eq!(
                 filtered,
                 format == OutputFormat::Png && !deep,
@@ -268,7 +395,7 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
             );
             if filtered {
                 let mut rows = Vec::new();
-                let row_len = plan.cols as usize * plan.channels();
+                let row_len = plan.out_cols() as usize * plan.channels();
                 filter_rows(
                     PngFilter::Adaptive,
                     &expected,
@@ -282,8 +409,9 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
             let diff = got.iter().zip(&expected).filter(|(a, b)| a != b).count();
             if diff > 0 {
                 mismatches.push(format!(
-                    "{transfer:?}/{page_locking:?}/{format:?} plan {i} ({:?}): {diff} bytes differ",
-                    plan.chain
+                    "{transfer:?}/{page_locking:?}/{format:?} plan {i} ({:?}, {:?}): {diff} bytes \
+                     differ",
+                    plan.chain, plan.ops
                 ));
             }
             pool.give_back(slot);
@@ -372,6 +500,112 @@ fn gpu_conformance_fixtures_match_the_cpu_for_every_strategy() {
         eprintln!(
             "{transfer}: {} fixture outputs identical to the CPU backend",
             got.len()
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn gpu_operators_through_the_binary_match_the_cpu_for_every_strategy() {
+    if gpu_or_skip("gpu_operators_through_the_binary_match_the_cpu_for_every_strategy").is_none() {
+        return;
+    }
+    let root = tempdir("gpu-operators");
+    let input = root.join("in");
+    let i = input.to_str().unwrap();
+    for (dir, extra) in [
+        ("ct", &["--size", "96", "--slices", "3"][..]),
+        ("mf", &["--size", "64", "--slices", "3", "--multiframe"]),
+        ("rgb", &["--size", "48", "--slices", "2", "--rgb"]),
+    ] {
+        let d = input.join(dir);
+        let mut args = vec!["synth", d.to_str().unwrap(), "-q"];
+        args.extend_from_slice(extra);
+        run(&args);
+    }
+    let cases: &[&[&str]] = &[
+        &["--resize", "64x48"],
+        &[
+            "--resize",
+            "100x100",
+            "--fit",
+            "pad",
+            "--interpolation",
+            "area",
+            "--invert",
+        ],
+        &[
+            "--resize",
+            "90x40",
+            "--fit",
+            "crop",
+            "--interpolation",
+            "nearest",
+            "--rotate",
+            "90",
+            "--flip",
+            "h",
+        ],
+        &["--scale", "2.5", "--rotate", "270"],
+        &["--rotate", "180", "--flip", "v", "--invert"],
+        &[
+            "--window", "40,80", "--window", "80,200", "--window", "600,2800", "--resize", "32",
+        ],
+    ];
+    for (n, case) in cases.iter().enumerate() {
+        // Window channels need grayscale: the colour series only takes the other cases.
+        let inputs = if case.contains(&"--window") {
+            vec![input.join("ct"), input.join("mf")]
+        } else {
+            vec![input.clone()]
+        };
+        let render = |out: &Path, backend: &[&str]| {
+            for inp in &inputs {
+                let mut args = vec![
+                    "run",
+                    inp.to_str().unwrap(),
+                    "-o",
+                    out.to_str().unwrap(),
+                    "-q",
+                    "--no-tui",
+                ];
+                args.extend_from_slice(backend);
+                args.extend_from_slice(case);
+                run(&args);
+            }
+        };
+        let cpu_out = root.join(format!("cpu-{n}"));
+        render(&cpu_out, &["--backend", "cpu"]);
+        let expected = outputs(&cpu_out);
+        assert!(!expected.is_empty(), "{case:?}: no outputs");
+        for transfer in ["zero-copy", "pinned", "pageable"] {
+            for format in ["png", "bmp"] {
+                let out = root.join(format!("{transfer}-{format}-{n}"));
+                render(
+                    &out,
+                    &[
+                        "--backend",
+                        "cuda",
+                        "--transfer",
+                        transfer,
+                        "--png-compression",
+                        if format == "png" { "fast" } else { "balanced" },
+                    ],
+                );
+                let got = outputs(&out);
+                assert_eq!(
+                    got.len(),
+                    expected.len(),
+                    "{transfer} {case:?}: output count"
+                );
+                for ((p, a), (_, b)) in got.iter().zip(&expected) {
+                    assert!(a == b, "{transfer} {case:?}: {} differs", p.display());
+                }
+            }
+        }
+        eprintln!(
+            "{case:?}: {} outputs identical on the CPU and every GPU strategy",
+            expected.len()
         );
     }
     std::fs::remove_dir_all(&root).unwrap();
