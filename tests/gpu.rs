@@ -512,7 +512,6 @@ fn gpu_operators_through_the_binary_match_the_cpu_for_every_strategy() {
     }
     let root = tempdir("gpu-operators");
     let input = root.join("in");
-    let i = input.to_str().unwrap();
     for (dir, extra) in [
         ("ct", &["--size", "96", "--slices", "3"][..]),
         ("mf", &["--size", "64", "--slices", "3", "--multiframe"]),

@@ -73,8 +73,8 @@ pub struct CpuRenderer {
     counts: Vec<u32>,
     /// The rendering before the operators.
     rendered: Vec<u8>,
-    /// The operators' intermediate (horizontal pass).
-    between: Vec<u8>,
+    /// The operators' buffers.
+    scratch: ops::Scratch,
     op_tables: Option<(Operators, OpTables)>,
 }
 
@@ -127,7 +127,7 @@ impl CpuRenderer {
                     plan.channels(),
                     &rendered,
                     out,
-                    &mut self.between,
+                    &mut self.scratch,
                 );
             }
         }
