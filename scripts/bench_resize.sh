@@ -7,7 +7,7 @@
 # the operators on the CPU backend). The resize costs at most 10 % when the "resize" rows keep
 # at least 90 % of the "full" row's slices/s; the compute p50 shows the kernels' own share.
 #
-# usage: scripts/bench_resize.sh [DICOMFLOW] [WORK_DIR] [BACKEND] [ROUNDS]
+# usage: [SIZES=2000:1000] scripts/bench_resize.sh [DICOMFLOW] [WORK_DIR] [BACKEND] [ROUNDS]
 #   e.g. scripts/bench_resize.sh target/release/dicomflow /dev/shm/w cuda 5
 set -euo pipefail
 B=$(readlink -f "${1:-target/release/dicomflow}")
@@ -16,7 +16,7 @@ BACKEND=${3:-cuda}
 ROUNDS=${4:-5}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$W/reports"
-python3 "$here/bench_ab.py" "$B" "$W" --sizes 2000:1000 --rounds "$ROUNDS" \
+python3 "$here/bench_ab.py" "$B" "$W" --sizes "${SIZES:-2000:1000}" --rounds "$ROUNDS" \
   --keep-reports "$W/reports" \
   --config "full=--backend $BACKEND" \
   --config "resize=--backend $BACKEND --resize 512x512" \
