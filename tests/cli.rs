@@ -3,7 +3,7 @@
 //! naming the key, value and file), and `inspect`.
 
 mod common;
-use common::{bin, tempdir};
+use common::{bin, files_under, tempdir};
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -21,23 +21,6 @@ fn synth(dir: &Path, extra: &[&str]) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut v = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                v.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
-            }
-        }
-    }
-    v.sort();
-    v
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! every thread layout).
 
 mod common;
-use common::{bin, tempdir};
+use common::{bin, files_under, tempdir};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -413,23 +413,6 @@ fn resize_matches_pillow() {
         cases.len()
     );
     std::fs::remove_dir_all(&root).unwrap();
-}
-
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut v = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                v.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
-            }
-        }
-    }
-    v.sort();
-    v
 }
 
 #[test]

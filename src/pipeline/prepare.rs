@@ -181,6 +181,24 @@ mod tests {
         assert_eq!(hint.output, round_up(96 * 96 * 3 + 96));
         assert_eq!(hint.count, 1 + 2 * 3 + 2 + 2);
 
+        // Operators size the output: a resize to 300x200 needs that many pixels per slot.
+        let resized = Job {
+            render: crate::render::RenderOptions {
+                ops: crate::render::ops::OperatorOptions {
+                    resize: crate::render::ops::Resize::Exact {
+                        width: 300,
+                        height: 200,
+                    },
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..job.clone()
+        };
+        let hint = first_file_slot_hint(&resized, std::slice::from_ref(&dir), 3).unwrap();
+        assert_eq!(hint.input, round_up(96 * 96 * 3));
+        assert_eq!(hint.output, round_up(300 * 200 * 3 + 200));
+
         std::fs::remove_dir_all(dir.join("series")).unwrap();
         assert_eq!(
             first_file_slot_hint(&job, std::slice::from_ref(&dir), 3),

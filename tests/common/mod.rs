@@ -1,4 +1,5 @@
-//! Helpers shared by the integration tests: the binary under test and scratch folders.
+//! Helpers shared by the integration tests: the binary under test, scratch folders, and the
+//! files a run wrote.
 #![allow(dead_code)] // each test crate uses a different subset
 
 use std::path::PathBuf;
@@ -14,4 +15,22 @@ pub fn tempdir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// Every file under `dir`, as paths relative to it, sorted.
+pub fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                v.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    v.sort();
+    v
 }

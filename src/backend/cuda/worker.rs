@@ -128,6 +128,11 @@ pub struct CudaWorker {
     last_publish: Instant,
 }
 
+/// The orientation matrix as six `i32` kernel arguments (m0..m5 of kernels/ops.cu).
+fn orientation(args: Args, m: [u32; 6]) -> Args {
+    m.into_iter().fold(args, Args::u32)
+}
+
 fn grid_for(work: u64) -> u32 {
     work.div_ceil(BLOCK as u64).clamp(1, 65_535 * 8) as u32
 }
@@ -467,14 +472,8 @@ impl CudaWorker {
                 .u32(op.out_w)
                 .u32(op.out_h)
                 .u64(at(layout.cols_bounds))
-                .u64(at(layout.rows_bounds))
-                .u32(m[0])
-                .u32(m[1])
-                .u32(m[2])
-                .u32(m[3])
-                .u32(m[4])
-                .u32(m[5])
-                .u32(op.invert as u32);
+                .u64(at(layout.rows_bounds));
+            let args = orientation(args, m).u32(op.invert as u32);
             let n = op.out_w as u64 * op.out_h as u64;
             return driver::launch(self.k.ops_gather, grid_for(n), BLOCK, 0, &self.stream, args);
         }
@@ -492,14 +491,8 @@ impl CudaWorker {
             .u32(op.oriented_h)
             .u64(at(layout.cols_bounds))
             .u64(at(layout.cols_weights))
-            .u32(layout.cols_ksize)
-            .u32(m[0])
-            .u32(m[1])
-            .u32(m[2])
-            .u32(m[3])
-            .u32(m[4])
-            .u32(m[5])
-            .u32(op.invert as u32);
+            .u32(layout.cols_ksize);
+        let args = orientation(args, m).u32(op.invert as u32);
         let n = op.out_w as u64 * op.oriented_h as u64;
         driver::launch(
             self.k.ops_resample_h,
