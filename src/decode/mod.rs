@@ -11,6 +11,7 @@ pub mod info;
 pub mod jpeg;
 pub mod jpegls;
 mod native;
+pub mod identity;
 pub mod probe;
 
 use std::fs::File;
