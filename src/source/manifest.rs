@@ -2,14 +2,15 @@
 //! task of a sharded run (`run --manifest FILE --shard I/N`) instead of walking the tree per
 //! task. With a manifest the shards are balanced by bytes ([`ManifestPlan`]).
 //!
-//! The format (version 1): UTF-8 text, one line per record, fields separated by tabs.
+//! The format (version 1): UTF-8 text, one line per record, fields separated by tabs (shown
+//! here as `|`).
 //!
 //! ```text
-//! #dicomflow-manifest	1
-//! #root	0	/data/archive/study-a
-//! #columns	root	path	bytes	study_uid	series_uid	sop_instance_uid
-//! 0	CT/IM00001.dcm	526012	1.2.3	1.2.3.4	1.2.3.4.5
-//! #error	/data/archive/study-a/locked	cannot list folder: Permission denied (os error 13)
+//! #dicomflow-manifest|1
+//! #root|0|/data/archive/study-a
+//! #columns|root|path|bytes|study_uid|series_uid|sop_instance_uid
+//! 0|CT/IM00001.dcm|526012|1.2.3|1.2.3.4|1.2.3.4.5
+//! #error|/data/archive/study-a/locked|cannot list folder: Permission denied (os error 13)
 //! ```
 //!
 //! * `#root I PATH`: the inputs given to `scan`, made absolute (not resolved through symlinks,
