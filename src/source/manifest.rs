@@ -384,7 +384,7 @@ pub fn write_manifest(
 /// Fills in the UIDs of a batch of files on all cores. A file that is no DICOM or whose header
 /// cannot be read gets empty UIDs: the run reports it (and puts it in a shard by its path).
 fn read_uids_of(batch: &mut [(PathBuf, Record)]) {
-    let threads = crate::available_cores().clamp(1, 16);
+    let threads = crate::host::available_cores().clamp(1, 16);
     let chunk = batch.len().div_ceil(threads).max(1);
     std::thread::scope(|s| {
         for part in batch.chunks_mut(chunk) {

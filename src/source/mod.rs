@@ -6,6 +6,7 @@ pub mod manifest;
 pub mod select;
 pub mod series;
 pub mod shard;
+pub mod synth;
 
 pub use select::Sources;
 
