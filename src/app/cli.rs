@@ -87,7 +87,12 @@ pub struct ScanArgs {
     #[arg(long, value_name = "N")]
     pub plan: Option<u32>,
     /// With --plan: what stays together, path (each file) or series.
-    #[arg(long, value_name = "path|series", requires = "plan", default_value = "path")]
+    #[arg(
+        long,
+        value_name = "path|series",
+        requires = "plan",
+        default_value = "path"
+    )]
     pub shard_by: String,
 }
 

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use crate::app::config::Settings;
 use dicomflow::backend::BackendInfo;
-use dicomflow::source::select::ShardPlanInfo;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
 use dicomflow::pipeline::{FileStatus, RunResult};
+use dicomflow::source::select::ShardPlanInfo;
 
 /// Version of the report's layout (docs/report-schema.json). Fields may be added without a
 /// change of version; removing or changing one changes it.

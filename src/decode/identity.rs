@@ -81,7 +81,10 @@ mod tests {
         let files = crate::source::synth::write_series(&dir, &opts).unwrap();
         let a = read_uids(&files[0], &Probe::FileMeta).unwrap();
         let b = read_uids(&files[1], &Probe::FileMeta).unwrap();
-        assert!(a.series.as_deref().is_some_and(|s| s.starts_with("2.25.")), "{a:?}");
+        assert!(
+            a.series.as_deref().is_some_and(|s| s.starts_with("2.25.")),
+            "{a:?}"
+        );
         assert_eq!(a.series, b.series);
         assert_eq!(a.study, b.study);
         assert_ne!(a.sop_instance, b.sop_instance);

@@ -7,12 +7,12 @@
 
 pub mod fragments;
 mod guard;
+pub mod identity;
 pub mod info;
 pub mod jpeg;
 pub mod jpegls;
 pub mod lut;
 mod native;
-pub mod identity;
 pub mod probe;
 
 use std::fs::File;

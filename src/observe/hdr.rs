@@ -130,7 +130,11 @@ mod tests {
         merged.add(decode(&eb).unwrap()).unwrap();
         assert_eq!(merged.len(), both.len());
         for q in [0.5, 0.95, 0.99, 1.0] {
-            assert_eq!(merged.value_at_quantile(q), both.value_at_quantile(q), "{q}");
+            assert_eq!(
+                merged.value_at_quantile(q),
+                both.value_at_quantile(q),
+                "{q}"
+            );
         }
         assert_eq!(merged, both);
     }

@@ -135,7 +135,9 @@ fn unescape(field: &str) -> Result<Vec<u8>, String> {
             Some(b'n') => out.push(b'\n'),
             Some(b'r') => out.push(b'\r'),
             Some(b'x') => {
-                let hex = field.get(i + 2..i + 4).ok_or("a \\x escape needs two hex digits")?;
+                let hex = field
+                    .get(i + 2..i + 4)
+                    .ok_or("a \\x escape needs two hex digits")?;
                 out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape \\x{hex}"))?);
                 i += 2;
             }
@@ -218,7 +220,11 @@ impl Writer {
     }
 
     fn error(&mut self, path: &Path, reason: &str) -> std::io::Result<()> {
-        let line = format!("#error\t{}\t{}\n", escape_path(path), escape(reason.as_bytes()));
+        let line = format!(
+            "#error\t{}\t{}\n",
+            escape_path(path),
+            escape(reason.as_bytes())
+        );
         self.out.write_all(line.as_bytes())
     }
 
@@ -570,10 +576,7 @@ impl Reader {
         let fields: Vec<&str> = line.split('\t').collect();
         let expected = if with_series { 6 } else { 3 };
         if fields.len() != expected {
-            return Err(self.format(&format!(
-                "{} fields, expected {expected}",
-                fields.len()
-            )));
+            return Err(self.format(&format!("{} fields, expected {expected}", fields.len())));
         }
         let root: u32 = fields[0]
             .parse()
@@ -660,9 +663,12 @@ impl ManifestPlan {
                                 path: path.to_path_buf(),
                             })
                         }
-                        (ShardBy::Series, Some(FileUids {
-                            series: Some(uid), ..
-                        })) => *series.entry(uid.clone()).or_insert_with(|| {
+                        (
+                            ShardBy::Series,
+                            Some(FileUids {
+                                series: Some(uid), ..
+                            }),
+                        ) => *series.entry(uid.clone()).or_insert_with(|| {
                             weights.push(0);
                             weights.len() as u32 - 1
                         }),
@@ -781,7 +787,10 @@ mod tests {
         ];
         for n in names {
             let e = escape(n);
-            assert!(!e.contains('\t') && !e.contains('\n') && !e.contains('\r'), "{e}");
+            assert!(
+                !e.contains('\t') && !e.contains('\n') && !e.contains('\r'),
+                "{e}"
+            );
             assert_eq!(unescape(&e).unwrap(), n, "{e}");
         }
         assert!(unescape("bad\\q").is_err());
@@ -809,10 +818,16 @@ mod tests {
         let inputs = [tree.clone(), single.clone(), dir.join("missing")];
         let summary = write_manifest(&out, &inputs, false, &never).unwrap();
         assert_eq!((summary.files, summary.bytes), (4, 16));
-        assert_eq!(summary.roots, [tree.clone(), dir.join("other"), dir.join("missing")]);
+        assert_eq!(
+            summary.roots,
+            [tree.clone(), dir.join("other"), dir.join("missing")]
+        );
         assert_eq!(summary.errors.len(), 1, "{:?}", summary.errors);
         let text = std::fs::read_to_string(&out).unwrap();
-        assert!(text.starts_with("#dicomflow-manifest\t1\n#root\t0\t"), "{text}");
+        assert!(
+            text.starts_with("#dicomflow-manifest\t1\n#root\t0\t"),
+            "{text}"
+        );
         assert!(text.contains("0\tb/x\\ty.dcm\t1\n"), "{text}");
         // No temporary file is left beside it.
         assert_eq!(std::fs::read_dir(dir.join("m")).unwrap().count(), 1);

@@ -194,9 +194,7 @@ impl Sources {
                 let mut key = format!("walk\0{}\0{}", by_name(*by), s.count).into_bytes();
                 for r in roots {
                     key.push(0);
-                    key.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(
-                        r.as_os_str(),
-                    ));
+                    key.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(r.as_os_str()));
                 }
                 Some(ShardPlanInfo {
                     index: s.index,

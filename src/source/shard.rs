@@ -288,7 +288,11 @@ pub fn path_hash(rel: &Path) -> u64 {
         c => Some(c.as_os_str().as_bytes()),
     });
     let joined = parts.flat_map(|p| {
-        let sep: &[u8] = if std::mem::take(&mut first) { b"" } else { b"/" };
+        let sep: &[u8] = if std::mem::take(&mut first) {
+            b""
+        } else {
+            b"/"
+        };
         [sep, p]
     });
     fmix64(fnv1a64(joined))
@@ -511,7 +515,10 @@ mod tests {
     fn requests_parse_and_resolve() {
         let none = env_of(&[]);
         let fixed: ShardRequest = "2/8".parse().unwrap();
-        assert_eq!(fixed.resolve(None, &none).unwrap(), Shard { index: 2, count: 8 });
+        assert_eq!(
+            fixed.resolve(None, &none).unwrap(),
+            Shard { index: 2, count: 8 }
+        );
         assert_eq!(fixed.resolve(Some(8), &none).unwrap().to_string(), "2/8");
         assert!(matches!(
             fixed.resolve(Some(4), &none),
@@ -545,9 +552,7 @@ mod tests {
         assert!(e.to_string().contains("--shard-count"), "{e}");
         let e = slurm.resolve(None, &env_of(&[])).unwrap_err();
         assert!(e.to_string().contains("SLURM_ARRAY_TASK_ID"), "{e}");
-        let e = slurm
-            .resolve(None, &array("x", "0", "3", "4"))
-            .unwrap_err();
+        let e = slurm.resolve(None, &array("x", "0", "3", "4")).unwrap_err();
         assert!(matches!(e, ShardError::BadEnv { .. }), "{e}");
         // A resubmitted subset (--array=2,5) of an 8-shard job.
         let resubmit = array("5", "2", "5", "2");

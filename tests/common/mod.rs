@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod schema;
+
 /// The `dicomflow` binary cargo built for these tests.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dicomflow")

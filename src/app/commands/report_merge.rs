@@ -422,9 +422,7 @@ fn merge(paths: &[PathBuf], expected: Option<u32>) -> Result<Merged, FatalError>
         by_index.insert(s.index, (path, report));
     }
 
-    let (plan, by, balance) = plan
-        .map(|(p, b, bal, _)| (p, b, bal))
-        .unwrap_or_default();
+    let (plan, by, balance) = plan.map(|(p, b, bal, _)| (p, b, bal)).unwrap_or_default();
     let missing: Vec<MissingShard> = (0..count)
         .filter(|i| !by_index.contains_key(i))
         .map(|index| MissingShard {
@@ -440,14 +438,20 @@ fn merge(paths: &[PathBuf], expected: Option<u32>) -> Result<Merged, FatalError>
 
     let mut totals = Totals::default();
     let mut failed_files = Vec::new();
-    let mut stages: Vec<StageSum> = StageId::ALL.iter().map(|s| StageSum::new(s.name())).collect();
+    let mut stages: Vec<StageSum> = StageId::ALL
+        .iter()
+        .map(|s| StageSum::new(s.name()))
+        .collect();
     let mut latency = StageSum::new("latency");
     let (mut start, mut end) = (f64::INFINITY, f64::NEG_INFINITY);
     let (mut elapsed_max, mut elapsed_sum, mut bytes_in, mut bytes_out) = (0f64, 0f64, 0u64, 0u64);
     let mut entries = Vec::new();
     let (mut unfinished, mut failed) = (Vec::new(), Vec::new());
     for (&index, (path, r)) in &mut by_index {
-        let s = r.shard.as_ref().ok_or_else(|| usage("no shard section".into()))?;
+        let s = r
+            .shard
+            .as_ref()
+            .ok_or_else(|| usage("no shard section".into()))?;
         let t = &r.result.totals;
         totals.add(t);
         failed_files.append(&mut r.result.files.0);
@@ -572,7 +576,12 @@ fn summary(m: &Merged) -> String {
         "  {:<13} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}",
         "stage", "slices", "p50 ms", "p95 ms", "p99 ms", "max ms", "busy"
     );
-    for x in st.stages.iter().chain([&st.latency]).filter(|x| x.count > 0) {
+    for x in st
+        .stages
+        .iter()
+        .chain([&st.latency])
+        .filter(|x| x.count > 0)
+    {
         let _ = writeln!(
             s,
             "  {:<13} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>5.0}%",
@@ -681,8 +690,10 @@ mod tests {
         let mut files = vec![json!({"path": format!("ok-{index}.dcm"), "status": "ok",
                                     "outputs": [], "failures": []})];
         if failed {
-            files.push(json!({"path": format!("bad-{index}.dcm"), "status": "failed",
-                "outputs": [], "failures": [{"frame": null, "stage": "decode", "reason": "cut"}]}));
+            files.push(
+                json!({"path": format!("bad-{index}.dcm"), "status": "failed",
+                "outputs": [], "failures": [{"frame": null, "stage": "decode", "reason": "cut"}]}),
+            );
         }
         json!({
             "report_version": 1,
@@ -735,7 +746,11 @@ mod tests {
         assert!((enc.p50_ms - 0.1).abs() < 0.001, "{}", enc.p50_ms);
         assert!((enc.p95_ms - 10.0).abs() < 0.1, "{}", enc.p95_ms);
         // busy 0.5 + 0.5 s over 2 × (10 s × 2 workers).
-        assert!((enc.busy_fraction - 0.025).abs() < 1e-9, "{}", enc.busy_fraction);
+        assert!(
+            (enc.busy_fraction - 0.025).abs() < 1e-9,
+            "{}",
+            enc.busy_fraction
+        );
         assert!((m.statistics.wall_s - 11.0).abs() < 1e-9);
         let text = summary(&m);
         assert!(text.contains("missing: shard 2"), "{text}");
@@ -755,7 +770,11 @@ mod tests {
         std::fs::write(dir.join("shard-1-of-3.json"), "{").unwrap();
         let m = merge(&candidates(&[dir.clone()]).unwrap(), None).unwrap();
         assert_eq!(m.shards.missing[0].index, 1);
-        assert!(m.shards.missing[0].reason.contains("not a report"), "{:?}", m.shards.missing);
+        assert!(
+            m.shards.missing[0].reason.contains("not a report"),
+            "{:?}",
+            m.shards.missing
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
