@@ -143,7 +143,7 @@ mod tests {
     fn auto_keeps_small_jobs_on_the_cpu() {
         let dir = crate::scratch_dir("auto-size");
         std::fs::write(dir.join("slice.dcm"), vec![0u8; 4096]).unwrap();
-        let inputs = Sources::walk(&[dir.clone()]);
+        let inputs = Sources::walk(std::slice::from_ref(&dir));
         let out = dir.join("out");
         let with = |bytes: Option<u64>| BackendOptions {
             gpu: GpuOptions {

@@ -730,7 +730,7 @@ mod tests {
         write(&dir, "shard-0-of-3.json", &report(0, 3, "p", &fast, false));
         write(&dir, "shard-1-of-3.json", &report(1, 3, "p", &slow, true));
         std::fs::write(dir.join("notes.txt"), "not a report").unwrap();
-        let m = merge(&candidates(&[dir.clone()]).unwrap(), None).unwrap();
+        let m = merge(&candidates(std::slice::from_ref(&dir)).unwrap(), None).unwrap();
         assert_eq!(m.shards.present, [0, 1]);
         assert_eq!(m.shards.missing.len(), 1);
         assert_eq!(m.shards.missing[0].index, 2);
@@ -759,16 +759,16 @@ mod tests {
         // With the last shard (and a corrupt extra file named like a report) it is complete,
         // though one file failed: still exit 1.
         write(&dir, "shard-2-of-3.json", &report(2, 3, "p", &[50], false));
-        let m = merge(&candidates(&[dir.clone()]).unwrap(), None).unwrap();
+        let m = merge(&candidates(std::slice::from_ref(&dir)).unwrap(), None).unwrap();
         assert!(m.complete && m.shards.missing.is_empty());
         assert_eq!(m.exit_code, 1);
         write(&dir, "shard-1-of-3.json", &report(1, 3, "p", &slow, false));
-        let m = merge(&candidates(&[dir.clone()]).unwrap(), None).unwrap();
+        let m = merge(&candidates(std::slice::from_ref(&dir)).unwrap(), None).unwrap();
         assert_eq!((m.complete, m.exit_code), (true, 0));
 
         // An unreadable report is named as missing, with its reason.
         std::fs::write(dir.join("shard-1-of-3.json"), "{").unwrap();
-        let m = merge(&candidates(&[dir.clone()]).unwrap(), None).unwrap();
+        let m = merge(&candidates(std::slice::from_ref(&dir)).unwrap(), None).unwrap();
         assert_eq!(m.shards.missing[0].index, 1);
         assert!(
             m.shards.missing[0].reason.contains("not a report"),
