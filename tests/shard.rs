@@ -58,8 +58,8 @@ fn json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-/// Two series of small slices in two folders, a truncated slice (fails) and a text file
-/// (skipped).
+/// Two series of small slices in two folders, a multi-frame file of 5 frames, a truncated
+/// slice (fails) and a text file (skipped): 45 files, 47 outputs.
 fn inputs(dir: &Path) -> PathBuf {
     let input = dir.join("in");
     for (folder, slices, seed) in [("ct/a", "30", "1"), ("ct/b", "12", "2")] {
@@ -76,6 +76,20 @@ fn inputs(dir: &Path) -> PathBuf {
         ]);
         assert_eq!(code(&o), 0, "{}", stderr(&o));
     }
+    // A multi-frame file: its frames stay together in one shard.
+    let o = dicomflow(&[
+        "-q",
+        "synth",
+        "--multiframe",
+        "--size",
+        "48",
+        "--slices",
+        "5",
+        "--seed",
+        "3",
+        s(&input.join("mf")),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
     let good = std::fs::read(input.join("ct/a/IM00001.dcm")).unwrap();
     std::fs::write(input.join("ct/cut.dcm"), &good[..good.len() - 900]).unwrap();
     std::fs::write(input.join("notes.txt"), "not DICOM").unwrap();
@@ -105,12 +119,12 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
     let single_report = json(&dir.join("single.json"));
     assert!(single_report["shard"].is_null());
     let expected = tree(&single);
-    assert_eq!(expected.len(), 42);
+    assert_eq!(expected.len(), 47);
 
     let manifest = dir.join("job.tsv");
     let o = dicomflow(&["scan", s(&input), "-o", s(&manifest), "--with-series"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert!(stderr(&o).contains("listed 44 file(s)"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("listed 45 file(s)"), "{}", stderr(&o));
 
     let n = 3;
     for (mode, extra) in [
@@ -141,6 +155,9 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
 
         let reports = out.join(".dicomflow/reports");
         let mut files_per_shard = Vec::new();
+        let mut shards_of_series: BTreeMap<String, std::collections::BTreeSet<u32>> =
+            BTreeMap::new();
+        let mut multiframe_in = 0;
         for i in 0..n {
             let r = json(&reports.join(format!("shard-{i}-of-{n}.json")));
             assert_valid("docs/report-schema.json", &r, &format!("{mode} shard {i}"));
@@ -168,26 +185,35 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
                 "hdrhistogram-v2-deflate-base64"
             );
             files_per_shard.push(r["result"]["totals"]["files"].as_u64().unwrap());
-            if mode.ends_with("series") {
-                // A series is rendered by one shard: the 30 slices of a, the 12 of b.
-                let series: std::collections::BTreeSet<_> = r["result"]["files"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter_map(|f| f["meta"]["series_uid"].as_str().map(str::to_owned))
-                    .collect();
-                let frames = r["result"]["totals"]["frames_written"].as_u64().unwrap();
-                assert!(
-                    [0, 12, 30, 42].contains(&frames) && series.len() as u64 <= 2,
-                    "{mode} shard {i}: {frames} frames of {series:?}"
-                );
+            for f in r["result"]["files"].as_array().unwrap() {
+                if let Some(uid) = f["meta"]["series_uid"].as_str() {
+                    shards_of_series
+                        .entry(uid.to_owned())
+                        .or_default()
+                        .insert(i);
+                }
+                if f["path"].as_str().unwrap().ends_with("MF00001.dcm") {
+                    assert_eq!(f["outputs"].as_array().unwrap().len(), 5, "{mode}");
+                    multiframe_in += 1;
+                }
             }
         }
         assert_eq!(
             files_per_shard.iter().sum::<u64>(),
-            44,
+            45,
             "{mode}: {files_per_shard:?}"
         );
+        assert_eq!(
+            multiframe_in, 1,
+            "{mode}: the multi-frame file is in one shard"
+        );
+        assert_eq!(shards_of_series.len(), 3, "{mode}");
+        if mode.ends_with("series") {
+            // Each series (30 slices, 12 slices, the multi-frame file) in one shard.
+            for (uid, shards) in &shards_of_series {
+                assert_eq!(shards.len(), 1, "{mode}: series {uid} in shards {shards:?}");
+            }
+        }
 
         let merged = dir.join(format!("merged-{mode}.json"));
         let o = dicomflow(&["report", "merge", s(&reports), "-o", s(&merged)]);
@@ -200,7 +226,7 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
             m["result"]["totals"], single_report["result"]["totals"],
             "{mode}: merged totals"
         );
-        assert_eq!(m["statistics"]["stages"][5]["count"], 42);
+        assert_eq!(m["statistics"]["stages"][5]["count"], 47);
         assert_eq!(m["result"]["failed_files"].as_array().unwrap().len(), 1);
     }
 
@@ -384,5 +410,104 @@ fn bad_shard_requests_exit_2_with_a_reason() {
     let o = dicomflow(&["report", "merge", s(&dir), "--shards", "2"]);
     assert_eq!(code(&o), 1, "all missing: {}", stderr(&o));
     assert!(stderr(&o).contains("missing: shard 1"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The `command:` list of a Kubernetes manifest's container, comments and quotes removed.
+fn yaml_command(text: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| l.trim() != "command:").skip(1);
+    let mut out = Vec::new();
+    for l in lines.by_ref() {
+        let Some(item) = l.trim().strip_prefix("- ") else {
+            break;
+        };
+        let item = item.split(" #").next().unwrap_or("").trim();
+        out.push(item.trim_matches('"').to_string());
+    }
+    out
+}
+
+/// The number after `key:` in a manifest (`completions: 8  # comment`, `value: "8"`).
+fn yaml_number(text: &str, key: &str) -> u32 {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(key))
+        .and_then(|r| r.split('#').next())
+        .map(|r| r.trim().trim_matches('"').parse().unwrap())
+        .unwrap_or_else(|| panic!("no {key} in the manifest"))
+}
+
+#[test]
+fn the_kubernetes_recipe_renders_and_merges_here() {
+    // No cluster here: the pods' commands run as processes, each with the JOB_COMPLETION_INDEX
+    // an Indexed Job gives it and the manifest's environment, /data being a scratch folder.
+    let recipes = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes");
+    let render = std::fs::read_to_string(recipes.join("render-job.yaml")).unwrap();
+    let merge = std::fs::read_to_string(recipes.join("merge-job.yaml")).unwrap();
+    assert!(render.contains("completionMode: Indexed"));
+    assert!(render.contains("nvidia.com/gpu: 1"));
+    let n = yaml_number(&render, "completions:");
+    let env_lines: Vec<&str> = render.lines().map(str::trim).collect();
+    let count_at = env_lines
+        .iter()
+        .position(|l| *l == "- name: DICOMFLOW_SHARD_COUNT")
+        .expect("DICOMFLOW_SHARD_COUNT in the pod's environment");
+    let count = yaml_number(env_lines[count_at + 1], "value:");
+    assert_eq!(count, n, "DICOMFLOW_SHARD_COUNT must equal completions");
+    let merge_cmd = yaml_command(&merge);
+    let shards_at = merge_cmd.iter().position(|a| a == "--shards").unwrap();
+    assert_eq!(
+        merge_cmd[shards_at + 1],
+        n.to_string(),
+        "the merge's --shards"
+    );
+
+    let dir = tempdir("shard-k8s");
+    let data = dir.join("data");
+    let o = dicomflow(&[
+        "-q",
+        "synth",
+        "--size",
+        "32",
+        "--slices",
+        "40",
+        s(&data.join("in/ct")),
+    ]);
+    assert_eq!(code(&o), 0);
+    let at_data = |cmd: &[String]| -> Vec<String> {
+        cmd.iter()
+            .skip(1) // the image's `dicomflow`: the binary under test here
+            .map(|a| a.replace("/data", s(&data)))
+            .collect()
+    };
+    let render_cmd = at_data(&yaml_command(&render));
+    assert_eq!(render_cmd[0], "run");
+    for i in 0..n {
+        let o = Command::new(bin())
+            .args(&render_cmd)
+            .env("JOB_COMPLETION_INDEX", i.to_string())
+            .env("DICOMFLOW_SHARD_COUNT", count.to_string())
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "pod {i}: {}", stderr(&o));
+    }
+    let single = dir.join("single");
+    let o = dicomflow(&[
+        "run",
+        "--no-tui",
+        "-q",
+        s(&data.join("in")),
+        "-o",
+        s(&single),
+    ]);
+    assert_eq!(code(&o), 0);
+    assert!(tree(&data.join("out")) == tree(&single));
+    let o = Command::new(bin())
+        .args(at_data(&merge_cmd))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let merged = json(&data.join("out/.dicomflow/merged.json"));
+    assert_eq!(merged["complete"], true);
+    assert_eq!(merged["result"]["totals"]["frames_written"], 40);
     std::fs::remove_dir_all(&dir).unwrap();
 }
