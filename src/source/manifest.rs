@@ -625,8 +625,8 @@ impl Reader {
 /// The assignment of a manifest's items to `count` shards, balanced by bytes: files (or, by
 /// series, whole series) largest first onto the lightest shard ([`shard::balance`]). Every
 /// task computes the same plan from the same manifest. `#error` lines weigh nothing and go
-/// to the shard their path hashes to. Memory: 4 bytes per item, plus a transient 12 per item
-/// while balancing (and a map of the series UIDs).
+/// to the shard their path hashes to. Memory: 4 bytes per item kept for the run, about 32 per
+/// item while planning (and a map of the series UIDs); the items themselves are streamed.
 #[derive(Debug, Clone)]
 pub struct ManifestPlan {
     pub path: PathBuf,
