@@ -141,6 +141,20 @@ pub fn execute(
     }
     if !quiet {
         eprint!("{}", report::summary(&result, &snapshot));
+        if let (Some(info), Some(path)) = (sources.plan_info(), &report_path) {
+            // Which part of the job this was, and where the merge will find its report.
+            eprintln!(
+                "  shard {} of {} (by {}, plan {}); report {}",
+                info.index,
+                info.count,
+                match info.by {
+                    ShardBy::Path => "path",
+                    ShardBy::Series => "series",
+                },
+                info.plan,
+                path.display()
+            );
+        }
     } else {
         // -q keeps errors: the failed files, one line each.
         eprint!("{}", report::failures(&result));
