@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use common::{bin, schema, tempdir};
+use common::{bin, output_files, read_json, schema, tempdir};
 
 fn dicomflow(args: &[&str]) -> Output {
     Command::new(bin()).args(args).output().unwrap()
@@ -29,33 +29,6 @@ fn code(o: &Output) -> i32 {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Every file under `dir` (relative path → bytes), leaving out the `.dicomflow` folder.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.file_name().is_some_and(|n| n == ".dicomflow") {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(dir).unwrap().to_path_buf(),
-                    std::fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    out
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 /// Two series of small slices in two folders, a multi-frame file of 5 frames, a truncated
@@ -116,9 +89,9 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
         s(&dir.join("single.json")),
     ]);
     assert_eq!(code(&o), 1, "the truncated file fails: {}", stderr(&o));
-    let single_report = json(&dir.join("single.json"));
+    let single_report = read_json(&dir.join("single.json"));
     assert!(single_report["shard"].is_null());
-    let expected = tree(&single);
+    let expected = output_files(&single);
     assert_eq!(expected.len(), 47);
 
     let manifest = dir.join("job.tsv");
@@ -149,7 +122,7 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
             assert!([0, 1].contains(&code(&o)), "{mode} {spec}: {}", stderr(&o));
         }
         assert!(
-            tree(&out) == expected,
+            output_files(&out) == expected,
             "{mode}: outputs differ from one run's"
         );
 
@@ -159,7 +132,7 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
             BTreeMap::new();
         let mut multiframe_in = 0;
         for i in 0..n {
-            let r = json(&reports.join(format!("shard-{i}-of-{n}.json")));
+            let r = read_json(&reports.join(format!("shard-{i}-of-{n}.json")));
             assert_valid("docs/report-schema.json", &r, &format!("{mode} shard {i}"));
             assert_eq!(r["shard"]["index"], i);
             assert_eq!(
@@ -219,7 +192,7 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
         let o = dicomflow(&["report", "merge", s(&reports), "-o", s(&merged)]);
         assert_eq!(code(&o), 1, "{mode}: a file failed: {}", stderr(&o));
         assert!(stderr(&o).contains("cut.dcm"), "{}", stderr(&o));
-        let m = json(&merged);
+        let m = read_json(&merged);
         assert_valid("docs/merged-report-schema.json", &m, mode);
         assert_eq!(m["complete"], true);
         assert_eq!(
@@ -236,7 +209,7 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
     let reports = out.join(".dicomflow/reports");
     let victim = (0..n)
         .find(|i| {
-            let r = json(&reports.join(format!("shard-{i}-of-{n}.json")));
+            let r = read_json(&reports.join(format!("shard-{i}-of-{n}.json")));
             r["result"]["totals"]["frames_written"].as_u64() > Some(0)
         })
         .unwrap();
@@ -261,7 +234,7 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
         "--skip-existing",
     ]);
     assert!([0, 1].contains(&code(&o)), "{}", stderr(&o));
-    let r = json(&reports.join(format!("shard-{victim}-of-{n}.json")));
+    let r = read_json(&reports.join(format!("shard-{victim}-of-{n}.json")));
     assert_eq!(r["result"]["totals"]["frames_written"], 0, "all were there");
     let o = dicomflow(&["report", "merge", s(&reports), "--shards", "3"]);
     assert!(stderr(&o).contains("merged 3 of 3"), "{}", stderr(&o));
@@ -316,7 +289,7 @@ fn a_manifest_balances_mixed_slice_sizes_by_bytes() {
             &spec,
         ]);
         assert_eq!(code(&o), 0, "{}", stderr(&o));
-        let r = json(&out.join(format!(".dicomflow/reports/shard-{i}-of-8.json")));
+        let r = read_json(&out.join(format!(".dicomflow/reports/shard-{i}-of-8.json")));
         let bytes: u64 = r["result"]["files"]
             .as_array()
             .unwrap()
@@ -342,7 +315,7 @@ fn a_manifest_balances_mixed_slice_sizes_by_bytes() {
         "{rendered:?}: the largest is {:.3} × the mean",
         max / mean
     );
-    assert_eq!(tree(&out).len(), 112);
+    assert_eq!(output_files(&out).len(), 112);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -500,13 +473,13 @@ fn the_kubernetes_recipe_renders_and_merges_here() {
         s(&single),
     ]);
     assert_eq!(code(&o), 0);
-    assert!(tree(&data.join("out")) == tree(&single));
+    assert!(output_files(&data.join("out")) == output_files(&single));
     let o = Command::new(bin())
         .args(at_data(&merge_cmd))
         .output()
         .unwrap();
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let merged = json(&data.join("out/.dicomflow/merged.json"));
+    let merged = read_json(&data.join("out/.dicomflow/merged.json"));
     assert_eq!(merged["complete"], true);
     assert_eq!(merged["result"]["totals"]["frames_written"], 40);
     std::fs::remove_dir_all(&dir).unwrap();

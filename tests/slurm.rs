@@ -22,9 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-use common::{bin, tempdir};
+use common::{bin, output_files, read_json, tempdir};
 
 const DAEMONS: [&str; 3] = [
     "/usr/sbin/munged",
@@ -304,32 +302,6 @@ fn run_within(cmd: &mut Command, limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// Every file under `dir` (relative path → bytes), leaving out the `.dicomflow` folder.
-fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.file_name().is_some_and(|n| n == ".dicomflow") {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
-}
-
-fn json(path: &Path) -> Value {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_slice(&bytes).unwrap()
-}
-
 fn recipe(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/slurm")
@@ -365,9 +337,9 @@ fn a_slurm_array_renders_shards_that_merge_into_the_single_host_run() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let expected = tree(&single);
+    let expected = output_files(&single);
     assert_eq!(expected.len(), 200);
-    let single_totals = json(&dir.join("single.json"))["result"]["totals"].clone();
+    let single_totals = read_json(&dir.join("single.json"))["result"]["totals"].clone();
 
     let cluster = Cluster::start(&dir);
     let logs = dir.join("job-logs");
@@ -411,10 +383,10 @@ fn a_slurm_array_renders_shards_that_merge_into_the_single_host_run() {
     let o = submit(&out, Path::new(bin()));
     assert_eq!(o.status.code(), Some(0), "{}\n{}", text(&o), merge_log(&o));
     assert!(
-        tree(&out) == expected,
+        output_files(&out) == expected,
         "outputs differ from the single-host run"
     );
-    let merged = json(&out.join(".dicomflow/merged.json"));
+    let merged = read_json(&out.join(".dicomflow/merged.json"));
     assert_eq!(merged["complete"], true);
     assert_eq!(merged["shards"]["present"], serde_json::json!([0, 1, 2, 3]));
     assert_eq!(merged["result"]["totals"], single_totals);
@@ -444,11 +416,11 @@ fn a_slurm_array_renders_shards_that_merge_into_the_single_host_run() {
     let said = merge_log(&o);
     assert_eq!(o.status.code(), Some(1), "{}\n{said}", text(&o));
     assert!(said.contains("missing: shard 2:"), "{said}");
-    let merged = json(&out.join(".dicomflow/merged.json"));
+    let merged = read_json(&out.join(".dicomflow/merged.json"));
     assert_eq!(merged["complete"], false);
     assert_eq!(merged["shards"]["missing"][0]["index"], 2);
     assert_eq!(merged["shards"]["missing"].as_array().unwrap().len(), 1);
-    assert!(tree(&out).len() < 200);
+    assert!(output_files(&out).len() < 200);
 
     // 3. Resubmitting index 2 of the 4-shard job completes the set.
     let mut c = cluster.client("sbatch");
@@ -469,8 +441,11 @@ fn a_slurm_array_renders_shards_that_merge_into_the_single_host_run() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(tree(&out) == expected, "the resumed job's outputs differ");
-    let merged = json(&out.join(".dicomflow/merged.json"));
+    assert!(
+        output_files(&out) == expected,
+        "the resumed job's outputs differ"
+    );
+    let merged = read_json(&out.join(".dicomflow/merged.json"));
     assert_eq!(merged["complete"], true);
     assert_eq!(merged["result"]["totals"], single_totals);
     drop(cluster);
