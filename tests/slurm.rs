@@ -54,12 +54,13 @@ fn missing_prerequisite() -> Option<String> {
     None
 }
 
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
+/// Two ports nobody listens on now (both bound at once, so they differ), for slurmctld and
+/// slurmd: not the default ones, which a host's own Slurm may use.
+fn free_ports() -> (u16, u16) {
+    let a = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = |l: &TcpListener| l.local_addr().unwrap().port();
+    (port(&a), port(&b))
 }
 
 /// A single-node cluster living in `dir`; dropping it stops what it started.
@@ -131,6 +132,7 @@ impl Cluster {
         )
         .unwrap();
         let s = |sub: &str| state.join(sub).to_str().unwrap().to_string();
+        let ports = free_ports();
         let conf = format!(
             "ClusterName=dicomflowtest\n\
              SlurmctldHost={name}(127.0.0.1)\n\
@@ -162,8 +164,8 @@ impl Cluster {
              GresTypes=gpu\n\
              {node} Gres=gpu:2 NodeAddr=127.0.0.1 State=UNKNOWN\n\
              PartitionName=debug Nodes={name} Default=YES MaxTime=INFINITE State=UP\n",
-            ctld = free_port(),
-            slurmd = free_port(),
+            ctld = ports.0,
+            slurmd = ports.1,
             socket = socket.display(),
             ctld_pid = s("slurmctld.pid"),
             slurmd_pid = s("slurmd.pid"),
