@@ -678,7 +678,7 @@ impl ManifestPlan {
                             weights.len() as u32 - 1
                         }
                     };
-                    weights[unit as usize] += r.bytes;
+                    weights[unit as usize] = weights[unit as usize].saturating_add(r.bytes);
                     unit_of.push(unit);
                     item_bytes.push(r.bytes);
                 }
@@ -704,7 +704,7 @@ impl ManifestPlan {
         for (i, &s) in assignment.iter().enumerate() {
             if unit_of[i] != u32::MAX {
                 files[s as usize] += 1;
-                bytes[s as usize] += item_bytes[i];
+                bytes[s as usize] = bytes[s as usize].saturating_add(item_bytes[i]);
             }
         }
         Ok(ManifestPlan {

@@ -26,6 +26,9 @@ pub enum ShardError {
     /// `I/N` did not parse.
     #[error("--shard {0}: expected I/N (0 <= I < N, e.g. 2/8), slurm or k8s")]
     Syntax(String),
+    /// More shards than a plan may have.
+    #[error("{0} shards: at most {MAX_SHARDS}")]
+    TooMany(u64),
     /// The index is not below the count.
     #[error("shard {index} of {count} does not exist: shards are numbered 0 to {last}", last = .count.saturating_sub(1))]
     OutOfRange { index: u64, count: u64 },
@@ -59,6 +62,10 @@ pub enum ShardError {
     By(String),
 }
 
+/// The most shards a job may have: beyond Slurm's largest array (4,000,001 tasks would be
+/// allowed by `MaxArraySize`, but a plan holds a few words per shard) it only costs memory.
+pub const MAX_SHARDS: u64 = 1 << 20;
+
 /// One shard of a run: `index` (0-based) of `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Shard {
@@ -69,7 +76,10 @@ pub struct Shard {
 impl Shard {
     /// Shard `index` of `count`, checked.
     pub fn new(index: u64, count: u64) -> Result<Shard, ShardError> {
-        if count == 0 || index >= count || count > u64::from(u32::MAX) {
+        if count > MAX_SHARDS {
+            return Err(ShardError::TooMany(count));
+        }
+        if count == 0 || index >= count {
             return Err(ShardError::OutOfRange { index, count });
         }
         Ok(Shard {
@@ -321,7 +331,10 @@ pub fn balance(weights: &[u64], count: u32) -> Vec<u32> {
     for i in order {
         if let Some(std::cmp::Reverse((load, s))) = shards.pop() {
             plan[i as usize] = s;
-            shards.push(std::cmp::Reverse((load + weights[i as usize], s)));
+            shards.push(std::cmp::Reverse((
+                load.saturating_add(weights[i as usize]),
+                s,
+            )));
         }
     }
     plan
@@ -524,7 +537,7 @@ mod tests {
             fixed.resolve(Some(4), &none),
             Err(ShardError::CountMismatch { .. })
         ));
-        for bad in ["8/8", "1/0", "x/2", "3", "-1/4", ""] {
+        for bad in ["8/8", "1/0", "x/2", "3", "-1/4", "", "0/2000000"] {
             assert!(bad.parse::<ShardRequest>().is_err(), "{bad}");
         }
         assert_eq!(Shard::new(1, 4).unwrap().report_name(), "shard-1-of-4.json");

@@ -20,6 +20,7 @@ use dicomflow::error::FatalError;
 use dicomflow::observe::hdr::{self, EncodedHistogram};
 use dicomflow::observe::stats::{new_histogram, StageId, StageSnapshot};
 use dicomflow::pipeline::events::Totals;
+use dicomflow::source::shard::Shard;
 
 use crate::app::cli::MergeArgs;
 
@@ -328,8 +329,7 @@ fn merge(paths: &[PathBuf], expected: Option<u32>) -> Result<Merged, FatalError>
     counts.sort_unstable();
     counts.dedup();
     let count = match (expected, counts.as_slice()) {
-        (Some(n), _) if n > 0 => n,
-        (Some(_), _) => return Err(usage("--shards 0: at least one shard".into())),
+        (Some(n), _) => n,
         (None, [n]) => *n,
         (None, []) => {
             return Err(usage(format!(
@@ -353,6 +353,8 @@ fn merge(paths: &[PathBuf], expected: Option<u32>) -> Result<Merged, FatalError>
         }
     };
 
+    // Zero, or more than a plan may have (a corrupt report's count too).
+    Shard::new(0, count.into()).map_err(|e| usage(format!("{count} shards: {e}")))?;
     let mut by_index: BTreeMap<u32, (PathBuf, ShardReport)> = BTreeMap::new();
     let mut unreadable: BTreeMap<u32, String> = BTreeMap::new();
     let mut plan: Option<(String, String, String, PathBuf)> = None;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dicomflow::error::FatalError;
 use dicomflow::source::manifest::{write_manifest, ManifestError, ManifestPlan};
-use dicomflow::source::shard::ShardBy;
+use dicomflow::source::shard::{Shard, ShardBy};
 
 use crate::app::cli::ScanArgs;
 use crate::app::signals;
@@ -20,8 +20,9 @@ pub fn execute(args: &ScanArgs, quiet: bool) -> Result<i32, FatalError> {
         .shard_by
         .parse()
         .map_err(|e: dicomflow::source::shard::ShardError| FatalError::Config(e.to_string()))?;
-    if args.plan == Some(0) {
-        return Err(FatalError::Config("--plan 0: at least one shard".into()));
+    if let Some(n) = args.plan {
+        // The same limits as --shard I/N.
+        Shard::new(0, n.into()).map_err(|e| FatalError::Config(format!("--plan {n}: {e}")))?;
     }
     if by == ShardBy::Series && !args.with_series {
         return Err(FatalError::Config(
