@@ -62,8 +62,9 @@ pub enum ShardError {
     By(String),
 }
 
-/// The most shards a job may have: beyond Slurm's largest array (4,000,001 tasks would be
-/// allowed by `MaxArraySize`, but a plan holds a few words per shard) it only costs memory.
+/// The most shards a job may have. Slurm's arrays default to 1001 tasks (`MaxArraySize`, at
+/// most 4,000,001); a million shards is more than a job needs, and the bound keeps what a plan
+/// holds per shard (a few words) small.
 pub const MAX_SHARDS: u64 = 1 << 20;
 
 /// One shard of a run: `index` (0-based) of `count`.
