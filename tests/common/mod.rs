@@ -2,7 +2,10 @@
 //! files a run wrote.
 #![allow(dead_code)] // each test crate uses a different subset
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub mod schema;
 
 /// The `dicomflow` binary cargo built for these tests.
 pub fn bin() -> &'static str {
@@ -17,20 +20,41 @@ pub fn tempdir(name: &str) -> PathBuf {
     d
 }
 
-/// Every file under `dir`, as paths relative to it, sorted.
-pub fn files_under(dir: &std::path::Path) -> Vec<String> {
-    let mut v = Vec::new();
+/// Every file under `dir` (relative path → bytes), leaving out the run's own `.dicomflow`
+/// folder (shard reports): what two runs' outputs are compared by.
+pub fn output_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.file_name().is_some_and(|n| n == ".dicomflow") {
+                continue;
+            }
             if p.is_dir() {
                 stack.push(p);
             } else {
-                v.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(&p).unwrap());
             }
         }
     }
+    out
+}
+
+/// A JSON file, parsed.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// Every file under `dir`, as paths relative to it, sorted (the run's `.dicomflow` folder
+/// left out, as [`output_files`] does).
+pub fn files_under(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = output_files(dir)
+        .into_keys()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
     v.sort();
     v
 }
