@@ -270,11 +270,18 @@ impl RenderOptions {
     /// The settings that shape a file's pixels, as text (keys derived UIDs: the same settings
     /// on the same source give the same UIDs, other settings other UIDs).
     pub fn fingerprint(&self, windows: &Windows) -> String {
+        let o = &self.ops;
         format!(
-            "window={windows};voi_function={};ops={:?}",
+            "window={windows};voi_function={};resize={};fit={};interpolation={};rotate={};\
+             flip={};invert={}",
             self.voi_function
                 .map_or_else(|| "file".to_string(), |f| f.to_string()),
-            self.ops
+            o.resize,
+            o.fit,
+            o.interpolation,
+            o.rotate,
+            o.flip,
+            o.invert
         )
     }
 }
@@ -487,5 +494,56 @@ mod tests {
     fn range_matches_bits() {
         assert_eq!(fmt(16, 12, 11, true).range(), (-2048, 2047));
         assert_eq!(fmt(8, 8, 7, false).range(), (0, 255));
+    }
+
+    /// A 4x2 MONOCHROME2 header of `modality` in series `series`.
+    fn info(modality: &str, series: &str) -> ImageInfo {
+        use dicom_core::value::PrimitiveValue;
+        use dicom_core::{DataElement, VR};
+        use dicom_dictionary_std::tags;
+        let mut obj = dicom_object::InMemDicomObject::new_empty();
+        for (tag, vr, v) in [
+            (tags::ROWS, VR::US, PrimitiveValue::from(2u16)),
+            (tags::COLUMNS, VR::US, PrimitiveValue::from(4u16)),
+            (tags::BITS_ALLOCATED, VR::US, PrimitiveValue::from(16u16)),
+            (tags::MODALITY, VR::CS, PrimitiveValue::from(modality)),
+            (
+                tags::SERIES_INSTANCE_UID,
+                VR::UI,
+                PrimitiveValue::from(series),
+            ),
+        ] {
+            obj.put(DataElement::new(tag, vr, v));
+        }
+        ImageInfo::from_object(&obj, "1.2.840.10008.1.2.1").unwrap()
+    }
+
+    #[test]
+    fn windows_come_from_the_series_then_the_modality_then_the_default() {
+        let w = |s: &str| Windows::parse_all(&[s]).unwrap();
+        let mut opts = RenderOptions {
+            window: w("minmax"),
+            ..RenderOptions::default()
+        };
+        opts.window_by_modality.insert("CT".into(), w("40,400"));
+        opts.window_by_series.insert("1.2.3".into(), w("-600,1500"));
+        assert_eq!(opts.windows_for(&info("ct", "9.9")), &w("40,400"));
+        assert_eq!(opts.windows_for(&info("CT", "1.2.3")), &w("-600,1500"));
+        assert_eq!(opts.windows_for(&info("MR", "9.9")), &w("minmax"));
+        // Window channels make an RGB plan of one chain per window; operators set the size.
+        opts.window = Windows::parse_all(&["40,80", "80,200"]).unwrap();
+        opts.ops.rotate = 90;
+        let plan = plan_frame(&info("MR", "9.9"), 0, &opts).unwrap();
+        assert!(matches!(&plan.chain, Chain::Channels(gs) if gs.len() == 2));
+        assert_eq!(
+            (plan.channels(), plan.out_cols(), plan.out_rows()),
+            (3, 2, 4)
+        );
+        assert_eq!(plan.output_bytes(), 24);
+        assert_eq!(plan.output_capacity(), 24 + 4);
+        // The fingerprint follows the settings that shape pixels.
+        let a = opts.fingerprint(&opts.window);
+        opts.ops.invert = true;
+        assert_ne!(a, opts.fingerprint(&opts.window));
     }
 }
