@@ -15,6 +15,7 @@ pub fn source() -> String {
     s.push_str(&header);
     for part in [
         include_str!("../../../kernels/gray.cu"),
+        include_str!("../../../kernels/channels.cu"),
         include_str!("../../../kernels/color.cu"),
         include_str!("../../../kernels/png.cu"),
         include_str!("../../../kernels/ops.cu"),
