@@ -254,6 +254,7 @@ pub enum TuiMode {
 pub struct Settings {
     pub window: WindowSpec,
     pub voi_function: Option<VoiFunction>,
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub output_dir: PathBuf,
     pub format: OutputFormat,
     pub png_compression: PngCompression,
@@ -262,7 +263,9 @@ pub struct Settings {
     pub naming: Naming,
     pub skip_existing: bool,
     pub fail_fast: bool,
+    #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub report: Option<PathBuf>,
+    #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub trace: Option<PathBuf>,
     pub layout: Layout,
     /// 0 = chosen from the core count at run time.
@@ -285,11 +288,14 @@ pub struct Settings {
     /// core, 0 = always.
     pub auto_min_input_bytes: Option<u64>,
     pub release_threshold_bytes: u64,
+    #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub kernel_cache: Option<PathBuf>,
     /// Folder searched first for NVIDIA's codec libraries (nvJPEG, nvJPEG2000, nvCOMP).
+    #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub library_path: Option<PathBuf>,
     pub tui: TuiMode,
     pub tick_ms: u64,
+    #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub log_file: Option<PathBuf>,
 }
 

@@ -8,26 +8,29 @@ use std::path::Path;
 use dicom_encoding::transfer_syntax::TransferSyntaxIndex;
 
 use crate::decode::{probe, DecodeLimits, ImageFile};
+use crate::paths::Escaped;
 use crate::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
 
 /// Describes `path` as text; `opts` is the window choice to explain.
 pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
-    let kind = probe(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let kind = probe(path).map_err(|e| format!("{}: {e}", Escaped(path)))?;
     let file = ImageFile::open(
         path,
         kind,
+        // The run's default limit: what `run` would refuse, `inspect` refuses too (and a
+        // deflated data set is inflated whole here as well).
         DecodeLimits {
-            max_frame_bytes: u64::MAX,
+            max_frame_bytes: crate::config::Settings::default().max_frame_bytes,
         },
     )
-    .map_err(|e| format!("{}: {e}", path.display()))?;
+    .map_err(|e| format!("{}: {e}", Escaped(path)))?;
     let i = &file.info;
     let ts_name = dicom_transfer_syntax_registry::TransferSyntaxRegistry
         .get(&i.transfer_syntax)
         .map(|t| t.name().to_string())
         .unwrap_or_else(|| "unknown".into());
     let mut s = String::new();
-    let _ = writeln!(s, "file               {}", path.display());
+    let _ = writeln!(s, "file               {}", Escaped(path));
     let _ = writeln!(
         s,
         "transfer syntax    {} ({}){}",

@@ -15,6 +15,7 @@ pub mod decode;
 pub mod error;
 pub mod inspect;
 pub mod output;
+pub mod paths;
 pub mod pipeline;
 pub mod render;
 pub mod report;

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use crate::backend::BackendInfo;
 use crate::config::Settings;
+use crate::paths::Escaped;
 use crate::pipeline::{FileStatus, RunResult};
 use crate::stats::{GpuFigures, Snapshot};
 
@@ -237,7 +238,7 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
             let _ = writeln!(
                 s,
                 "    {}: {}",
-                f.path.display(),
+                Escaped(&f.path),
                 f.skip_reason.as_deref().unwrap_or("")
             );
         }
@@ -266,7 +267,7 @@ pub fn failures(result: &RunResult) -> String {
             let _ = writeln!(
                 s,
                 "    {}{}: {}: {}",
-                f.path.display(),
+                Escaped(&f.path),
                 frame,
                 x.stage,
                 x.reason

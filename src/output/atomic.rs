@@ -1,31 +1,109 @@
-//! Atomic output files: the bytes go into an unnamed file (`O_TMPFILE`) in the target
-//! directory, which is linked into place only once complete. A run killed at any moment
-//! leaves either the whole file or nothing (the unnamed file vanishes with the process).
-//! Where `O_TMPFILE` is unsupported, a hidden temporary name and `rename` do the same job.
+//! Atomic, durable output files: the bytes go into an unnamed file (`O_TMPFILE`) in the
+//! target directory, are flushed to the disk (`fdatasync`), and only then linked into place.
+//! A run killed at any moment leaves either the whole file or nothing (the unnamed file
+//! vanishes with the process), and a power loss cannot leave a named file without its bytes.
+//! The folder that holds the new name is synced too: at once by [`write_atomic`], once per
+//! folder at the end of a run for outputs ([`Folders`]). Where `O_TMPFILE` is unsupported, a
+//! hidden temporary name and `rename` do the same job; what a killed run leaves of those is
+//! removed by the next run ([`remove_leftovers`]).
 
+use std::collections::HashSet;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Writes `bytes` to `path` atomically, creating parent directories. Replaces an existing file.
+/// Writes `bytes` to `path` atomically and durably (the folder synced before it returns),
+/// creating parent directories. Replaces an existing file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = write_file(path, bytes)?;
+    sync_dir(&dir)
+}
+
+/// Folders that got new names during a run, to be synced once each at its end ([`sync`]):
+/// one `fsync` per folder instead of one per output.
+///
+/// [`sync`]: Folders::sync
+#[derive(Default)]
+pub struct Folders {
+    dirs: Mutex<HashSet<PathBuf>>,
+}
+
+impl Folders {
+    /// Writes `bytes` to `path` atomically, the file's bytes on the disk before its name
+    /// appears; the folder is remembered for [`sync`](Folders::sync).
+    pub fn write(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let dir = write_file(path, bytes)?;
+        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if !dirs.contains(&dir) {
+            dirs.insert(dir);
+        }
+        Ok(())
+    }
+
+    /// Syncs every folder written to; the first error, if any.
+    pub fn sync(&self) -> std::io::Result<()> {
+        let dirs = std::mem::take(&mut *self.dirs.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut first = Ok(());
+        for dir in &dirs {
+            if let Err(e) = sync_dir(dir) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}
+
+/// Flushes a folder's entries to the disk.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// The atomic write behind [`write_atomic`] and [`Folders::write`]; returns the folder.
+fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    match write_unnamed(dir, path, bytes) {
-        Ok(()) => Ok(()),
-        Err(e) if unnamed_unsupported(&e) => write_named_temp(dir, path, bytes),
-        Err(e) => Err(e),
+    if !dir.is_dir() {
+        create_dirs(dir)?;
     }
+    match write_unnamed(dir, path, bytes) {
+        Ok(()) => {}
+        Err(e) if unnamed_unsupported(&e) => write_named_temp(dir, path, bytes)?,
+        Err(e) => return Err(e),
+    }
+    Ok(dir.to_path_buf())
+}
+
+/// `create_dir_all`, syncing the parent of every folder it creates (so that the new
+/// folders' names are on the disk before files appear in them).
+fn create_dirs(dir: &Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut cur = dir;
+    while !cur.as_os_str().is_empty() && !cur.is_dir() {
+        missing.push(cur);
+        match cur.parent() {
+            Some(p) => cur = p,
+            None => break,
+        }
+    }
+    std::fs::create_dir_all(dir)?;
+    for d in missing.iter().rev() {
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
 }
 
 fn unnamed_unsupported(e: &std::io::Error) -> bool {
@@ -41,15 +119,17 @@ fn cstr(p: &Path) -> std::io::Result<CString> {
 }
 
 fn temp_name(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(
-        ".{name}.{}.{}.dicomflow-tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ))
+    let mut name = b".".to_vec();
+    name.extend_from_slice(path.file_name().unwrap_or_default().as_bytes());
+    name.extend_from_slice(
+        format!(
+            ".{}.{}.dicomflow-tmp",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        )
+        .as_bytes(),
+    );
+    path.with_file_name(std::ffi::OsString::from_vec(name))
 }
 
 fn write_unnamed(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -59,6 +139,9 @@ fn write_unnamed(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .mode(0o644)
         .open(dir)?;
     file.write_all(bytes)?;
+    // The bytes reach the disk before the name can: a power loss leaves the whole file or no
+    // name, never a name over missing bytes.
+    file.sync_data()?;
     let proc_path = cstr(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())))?;
     let target = cstr(path)?;
     // SAFETY: both arguments are valid NUL-terminated paths; linkat does not retain them.
@@ -105,6 +188,7 @@ fn write_named_temp(_dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<(
     let result = (|| {
         let mut f = File::create(&tmp)?;
         f.write_all(bytes)?;
+        f.sync_data()?;
         drop(f);
         std::fs::rename(&tmp, path)
     })();
@@ -114,9 +198,55 @@ fn write_named_temp(_dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<(
     result
 }
 
-/// True for leftovers of the named-temporary fallback (removed by `--skip-existing` runs).
-pub fn is_temp_leftover(name: &str) -> bool {
-    name.starts_with('.') && name.ends_with(".dicomflow-tmp")
+/// The process id in the name of a temporary of the named fallback (`.NAME.PID.N.dicomflow-tmp`),
+/// or `None` when `name` is not one.
+pub fn temp_owner(name: &[u8]) -> Option<i32> {
+    let inner = name.strip_prefix(b".")?.strip_suffix(b".dicomflow-tmp")?;
+    let mut parts = inner.rsplitn(3, |&b| b == b'.');
+    let counter = parts.next()?;
+    let pid = parts.next()?;
+    parts.next()?; // the output's name
+    if counter.is_empty() || !counter.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(pid).ok()?.parse().ok()
+}
+
+/// True when process `pid` is gone (a temporary it left can be removed). A live process, or
+/// one we may not signal, is not gone.
+fn process_gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Removes the temporaries of the named fallback that processes no longer running left under
+/// `dir` (a run killed between writing one and renaming it); returns how many. A concurrent
+/// run's temporaries are left alone (its process is alive).
+pub fn remove_leftovers(dir: &Path) -> usize {
+    let mut removed = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(ft) = e.file_type() else {
+                continue;
+            };
+            if ft.is_dir() {
+                stack.push(e.path());
+            } else if ft.is_file() {
+                let name = e.file_name();
+                if temp_owner(name.as_bytes()).is_some_and(process_gone)
+                    && std::fs::remove_file(e.path()).is_ok()
+                {
+                    removed += 1;
+                }
+            }
+        }
+    }
+    removed
 }
 
 #[cfg(test)]
@@ -137,6 +267,26 @@ mod tests {
             .filter(|e| e.file_name() != "x.png")
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn leftovers_of_dead_processes_are_removed_and_others_kept() {
+        assert_eq!(temp_owner(b".x.png.123.7.dicomflow-tmp"), Some(123));
+        assert_eq!(temp_owner(b".a.b.png.9.0.dicomflow-tmp"), Some(9));
+        assert_eq!(temp_owner(b"x.png.123.7.dicomflow-tmp"), None);
+        assert_eq!(temp_owner(b".x.png"), None);
+        let dir = crate::scratch_dir("atomic-leftovers");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        // A pid above the kernel's limit (4194304) never runs.
+        let dead = dir.join("sub/.x.png.999999999.0.dicomflow-tmp");
+        let alive = dir.join(format!(".y.png.{}.0.dicomflow-tmp", std::process::id()));
+        let output = dir.join("sub/x.png");
+        for p in [&dead, &alive, &output] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        assert_eq!(remove_leftovers(&dir), 1);
+        assert!(!dead.exists() && alive.exists() && output.exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -8,13 +8,13 @@
 //! backend has them, between their hand-offs.
 
 pub mod events;
+mod outputs;
 pub mod slot;
 mod stages;
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::Backend;
@@ -193,7 +193,9 @@ pub(crate) struct Context<'a> {
     pub stats: Arc<Stats>,
     pub cancel: Arc<AtomicBool>,
     pub pool: SlotPool,
-    pub claimed: Mutex<HashSet<PathBuf>>,
+    pub outputs: outputs::Outputs,
+    /// The folders outputs were written to, synced at the end.
+    pub folders: crate::output::atomic::Folders,
     pub tracer: Option<Arc<Tracer>>,
 }
 
@@ -207,6 +209,30 @@ fn spawn_named<'scope, 'env>(
         .spawn_scoped(s, f)
         .map(|_| ())
         .map_err(|e| FatalError::Other(format!("cannot start thread {name}: {e}")))
+}
+
+/// Refuses an output folder that is one of the input folders: the outputs would be mixed with
+/// the inputs, and the scan (which never enters the output folder) would find nothing. An
+/// output folder inside an input folder is fine: the scan lists it as skipped.
+fn check_output_dir(out: &std::path::Path, inputs: &[PathBuf]) -> Result<(), FatalError> {
+    let Ok(out_meta) = std::fs::metadata(out) else {
+        return Ok(()); // not there yet: no input can be it
+    };
+    let key = crate::source::key_of(&out_meta);
+    for input in inputs {
+        match std::fs::metadata(input) {
+            Ok(m) if m.is_dir() && crate::source::key_of(&m) == key => {
+                return Err(FatalError::Config(format!(
+                    "the output folder {} is the input folder {}: the outputs would be mixed \
+                     with the inputs; choose another output folder (-o)",
+                    crate::paths::Escaped(out),
+                    crate::paths::Escaped(input)
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Processes `inputs` with `backend` and returns what happened to every file.
@@ -227,6 +253,7 @@ pub fn run(
             settings.loaders
         );
     }
+    check_output_dir(&settings.output_dir, inputs)?;
     std::fs::create_dir_all(&settings.output_dir).map_err(|source| FatalError::OutputDir {
         path: settings.output_dir.clone(),
         source,
@@ -322,7 +349,8 @@ pub fn run(
         stats: stats.clone(),
         cancel: cancel.clone(),
         pool: pool.clone(),
-        claimed: Mutex::new(HashSet::new()),
+        outputs: outputs::Outputs::default(),
+        folders: Default::default(),
         tracer,
     };
 
@@ -330,6 +358,17 @@ pub fn run(
     std::thread::scope(|s| -> Result<(), FatalError> {
         let event_tx = event_tx;
         let ctx = &ctx;
+        // Temporaries of the named-file fallback that a killed run left behind.
+        spawn_named(
+            s,
+            "cleanup".into(),
+            Box::new(|| {
+                let n = crate::output::atomic::remove_leftovers(&settings.output_dir);
+                if n > 0 {
+                    tracing::info!("removed {n} temporary file(s) left by an earlier run");
+                }
+            }),
+        )?;
         spawn_named(s, "scan".into(), {
             let ev = event_tx.clone();
             Box::new(move || stages::scan_stage(ctx, inputs, scan_tx, ev))
@@ -389,6 +428,10 @@ pub fn run(
     })?;
     // The last frame is done: the statistics' clock stops here.
     stats.set_finished();
+    // The outputs' names on the disk (their bytes already are).
+    if let Err(e) = ctx.folders.sync() {
+        tracing::warn!("syncing the output folders: {e}");
+    }
     // Final GPU figures, and the backend's description after the run (e.g. the strategy
     // that `transfer = auto` measured and chose).
     backend.finish();
