@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::FatalError;
+pub use crate::output::atomic::SyncMode;
 use crate::render::spec::{parse_voi_override, VoiFunction, WindowSpec};
 
 /// The configuration shipped in `config/default.toml`; a test checks that it equals
@@ -49,6 +50,7 @@ pub struct RawOutput {
     pub jpeg_quality: Option<i64>,
     pub naming: Option<String>,
     pub skip_existing: Option<bool>,
+    pub sync: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -262,6 +264,8 @@ pub struct Settings {
     pub jpeg_quality: u8,
     pub naming: Naming,
     pub skip_existing: bool,
+    /// When outputs reach the disk.
+    pub sync: SyncMode,
     pub fail_fast: bool,
     #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub report: Option<PathBuf>,
@@ -311,6 +315,7 @@ impl Default for Settings {
             jpeg_quality: 90,
             naming: Naming::Mirror,
             skip_existing: false,
+            sync: SyncMode::Run,
             fail_fast: false,
             report: None,
             trace: None,
@@ -479,6 +484,19 @@ impl Settings {
         }
         if let Some(v) = o.skip_existing {
             self.skip_existing = v;
+        }
+        if let Some(v) = &o.sync {
+            self.sync = one_of(
+                origin,
+                "output.sync",
+                v,
+                &[
+                    ("run", SyncMode::Run),
+                    ("file", SyncMode::File),
+                    ("none", SyncMode::None),
+                ],
+                "use run, file or none",
+            )?;
         }
 
         let run = &raw.run;
@@ -718,6 +736,7 @@ mod tests {
             ("[pipeline]\nlayout = \"fused\"", "pipeline.layout", "fused"),
             ("[gpu]\ntransfer = \"dma\"", "gpu.transfer", "dma"),
             ("[output]\njpeg_quality = 0", "output.jpeg_quality", "0"),
+            ("[output]\nsync = \"always\"", "output.sync", "always"),
             ("[output]\nnaming = \"{../x}\"", "output.naming", "{../x}"),
             ("[dashboard]\ntick_ms = 1", "dashboard.tick_ms", "1"),
             (

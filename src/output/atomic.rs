@@ -1,11 +1,10 @@
 //! Atomic, durable output files: the bytes go into an unnamed file (`O_TMPFILE`) in the
-//! target directory, are flushed to the disk (`fdatasync`), and only then linked into place.
-//! A run killed at any moment leaves either the whole file or nothing (the unnamed file
-//! vanishes with the process), and a power loss cannot leave a named file without its bytes.
-//! The folder that holds the new name is synced too: at once by [`write_atomic`], once per
-//! folder at the end of a run for outputs ([`Folders`]). Where `O_TMPFILE` is unsupported, a
-//! hidden temporary name and `rename` do the same job; what a killed run leaves of those is
-//! removed by the next run ([`remove_leftovers`]).
+//! target directory, which is linked into place only once complete. A run killed at any
+//! moment leaves either the whole file or nothing (the unnamed file vanishes with the
+//! process). When the bytes reach the disk is the [`SyncMode`]'s choice; [`write_atomic`]
+//! (reports, traces) syncs the file before linking it and its folder after. Where `O_TMPFILE`
+//! is unsupported, a hidden temporary name and `rename` do the same job; what a killed run
+//! leaves of those is removed by the next run ([`remove_leftovers`]).
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -23,43 +22,80 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// Writes `bytes` to `path` atomically and durably (the folder synced before it returns),
 /// creating parent directories. Replaces an existing file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = write_file(path, bytes)?;
+    let dir = write_file(path, bytes, true)?;
     sync_dir(&dir)
 }
 
-/// Folders that got new names during a run, to be synced once each at its end ([`sync`]):
-/// one `fsync` per folder instead of one per output.
-///
-/// [`sync`]: Folders::sync
-#[derive(Default)]
-pub struct Folders {
+/// When a run's outputs reach the disk (`output.sync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// Once, when the run ends (`syncfs` of the output folder's filesystem, before the report
+    /// is written): a finished run is on the disk; a power loss during a run can leave outputs
+    /// without their bytes, which `--skip-existing` tells from finished ones and renders again.
+    Run,
+    /// Every output's bytes before its name appears (`fdatasync`), and its folder at the end:
+    /// no power loss can leave a named output without its bytes. One device flush per output
+    /// (8.5 ms each on the 2-core box's virtual disk: BENCHMARKS.md).
+    File,
+    /// Left to the operating system, as other converters do.
+    None,
+}
+
+/// The outputs of one run: writes them atomically and, as [`SyncMode`] says, durably.
+pub struct OutputFiles {
+    mode: SyncMode,
+    /// Folders that got new names (synced once each at the end, in `File` mode).
     dirs: Mutex<HashSet<PathBuf>>,
 }
 
-impl Folders {
-    /// Writes `bytes` to `path` atomically, the file's bytes on the disk before its name
-    /// appears; the folder is remembered for [`sync`](Folders::sync).
+impl OutputFiles {
+    pub fn new(mode: SyncMode) -> Self {
+        OutputFiles {
+            mode,
+            dirs: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Writes `bytes` to `path` atomically (in `File` mode, the bytes on the disk before the
+    /// name appears).
     pub fn write(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        let dir = write_file(path, bytes)?;
-        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
-        if !dirs.contains(&dir) {
-            dirs.insert(dir);
+        let dir = write_file(path, bytes, self.mode == SyncMode::File)?;
+        if self.mode == SyncMode::File {
+            let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+            if !dirs.contains(&dir) {
+                dirs.insert(dir);
+            }
         }
         Ok(())
     }
 
-    /// Syncs every folder written to; the first error, if any.
-    pub fn sync(&self) -> std::io::Result<()> {
-        let dirs = std::mem::take(&mut *self.dirs.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut first = Ok(());
-        for dir in &dirs {
-            if let Err(e) = sync_dir(dir) {
-                if first.is_ok() {
-                    first = Err(e);
+    /// Puts what the run wrote under `out_dir` on the disk, as the mode says; the first error.
+    pub fn finish(&self, out_dir: &Path) -> std::io::Result<()> {
+        match self.mode {
+            SyncMode::None => Ok(()),
+            SyncMode::Run => {
+                let dir = File::open(out_dir)?;
+                // SAFETY: syncfs only reads the descriptor, which `dir` keeps open.
+                if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
+                Ok(())
+            }
+            SyncMode::File => {
+                let dirs =
+                    std::mem::take(&mut *self.dirs.lock().unwrap_or_else(|e| e.into_inner()));
+                let mut first = Ok(());
+                for dir in &dirs {
+                    if let Err(e) = sync_dir(dir) {
+                        if first.is_ok() {
+                            first = Err(e);
+                        }
+                    }
+                }
+                first
             }
         }
-        first
     }
 }
 
@@ -68,26 +104,30 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// The atomic write behind [`write_atomic`] and [`Folders::write`]; returns the folder.
-fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
+/// The atomic write behind [`write_atomic`] and [`OutputFiles::write`], the bytes synced
+/// before the name appears when `sync`; returns the folder.
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<PathBuf> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     if !dir.is_dir() {
-        create_dirs(dir)?;
+        create_dirs(dir, sync)?;
     }
-    match write_unnamed(dir, path, bytes) {
+    match write_unnamed(dir, path, bytes, sync) {
         Ok(()) => {}
-        Err(e) if unnamed_unsupported(&e) => write_named_temp(dir, path, bytes)?,
+        Err(e) if unnamed_unsupported(&e) => write_named_temp(dir, path, bytes, sync)?,
         Err(e) => return Err(e),
     }
     Ok(dir.to_path_buf())
 }
 
-/// `create_dir_all`, syncing the parent of every folder it creates (so that the new
-/// folders' names are on the disk before files appear in them).
-fn create_dirs(dir: &Path) -> std::io::Result<()> {
+/// `create_dir_all`; with `sync`, syncing the parent of every folder it creates (so that the
+/// new folders' names are on the disk before files appear in them).
+fn create_dirs(dir: &Path, sync: bool) -> std::io::Result<()> {
+    if !sync {
+        return std::fs::create_dir_all(dir);
+    }
     let mut missing = Vec::new();
     let mut cur = dir;
     while !cur.as_os_str().is_empty() && !cur.is_dir() {
@@ -132,16 +172,18 @@ fn temp_name(path: &Path) -> PathBuf {
     path.with_file_name(std::ffi::OsString::from_vec(name))
 }
 
-fn write_unnamed(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn write_unnamed(dir: &Path, path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_TMPFILE)
         .mode(0o644)
         .open(dir)?;
     file.write_all(bytes)?;
-    // The bytes reach the disk before the name can: a power loss leaves the whole file or no
-    // name, never a name over missing bytes.
-    file.sync_data()?;
+    if sync {
+        // The bytes reach the disk before the name can: a power loss leaves the whole file or
+        // no name, never a name over missing bytes.
+        file.sync_data()?;
+    }
     let proc_path = cstr(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())))?;
     let target = cstr(path)?;
     // SAFETY: both arguments are valid NUL-terminated paths; linkat does not retain them.
@@ -183,12 +225,14 @@ fn write_unnamed(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     })
 }
 
-fn write_named_temp(_dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn write_named_temp(_dir: &Path, path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     let tmp = temp_name(path);
     let result = (|| {
         let mut f = File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_data()?;
+        if sync {
+            f.sync_data()?;
+        }
         drop(f);
         std::fs::rename(&tmp, path)
     })();
@@ -295,8 +339,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("dicomflow-atomic2-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("y.png");
-        write_named_temp(&dir, &path, b"a").unwrap();
-        write_named_temp(&dir, &path, b"bb").unwrap();
+        write_named_temp(&dir, &path, b"a", false).unwrap();
+        write_named_temp(&dir, &path, b"bb", true).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"bb");
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
         std::fs::remove_dir_all(&dir).unwrap();

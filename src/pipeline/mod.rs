@@ -194,8 +194,8 @@ pub(crate) struct Context<'a> {
     pub cancel: Arc<AtomicBool>,
     pub pool: SlotPool,
     pub outputs: outputs::Outputs,
-    /// The folders outputs were written to, synced at the end.
-    pub folders: crate::output::atomic::Folders,
+    /// Writes the outputs (atomic, durable as `output.sync` says).
+    pub files: crate::output::atomic::OutputFiles,
     pub tracer: Option<Arc<Tracer>>,
 }
 
@@ -350,7 +350,7 @@ pub fn run(
         cancel: cancel.clone(),
         pool: pool.clone(),
         outputs: outputs::Outputs::default(),
-        folders: Default::default(),
+        files: crate::output::atomic::OutputFiles::new(settings.sync),
         tracer,
     };
 
@@ -428,9 +428,12 @@ pub fn run(
     })?;
     // The last frame is done: the statistics' clock stops here.
     stats.set_finished();
-    // The outputs' names on the disk (their bytes already are).
-    if let Err(e) = ctx.folders.sync() {
-        tracing::warn!("syncing the output folders: {e}");
+    // What the run wrote, on the disk before anyone is told it is done.
+    if let Err(e) = ctx.files.finish(&settings.output_dir) {
+        tracing::warn!(
+            "syncing the outputs in {} to the disk: {e}",
+            crate::paths::Escaped(&settings.output_dir)
+        );
     }
     // Final GPU figures, and the backend's description after the run (e.g. the strategy
     // that `transfer = auto` measured and chose).

@@ -767,7 +767,7 @@ impl Writer {
         let t1 = Instant::now();
         self.rec_encode.record(t1 - t0);
         let bytes = self.encoder.last();
-        if let Err(e) = ctx.folders.write(&output, bytes) {
+        if let Err(e) = ctx.files.write(&output, bytes) {
             fail(Stage::Write, format!("{}: {e}", Escaped(&output)));
             return;
         }
