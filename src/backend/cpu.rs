@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{Backend, BackendInfo, RenderOutcome, RenderTimings, RenderWorker};
-use crate::pipeline::slot::{HeapAllocator, HostAllocator, Slot};
+use crate::backend::{
+    Backend, BackendError, BackendInfo, RenderError, RenderOutcome, RenderTimings, RenderWorker,
+};
+use crate::memory::{HeapAllocator, HostAllocator, Slot};
 use crate::render::chain::{self, FrameStats, Resolved, ResolvedVoi};
 use crate::render::color;
 use crate::render::plan::{Chain, FramePlan, GrayPlan};
@@ -32,7 +34,7 @@ impl Backend for CpuBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
             name: "cpu".into(),
-            devices: vec![format!("{} CPU threads", crate::available_cores())],
+            devices: vec![format!("{} CPU threads", crate::host::available_cores())],
             transfer: "none".into(),
             reason: self.reason.clone(),
         }
@@ -42,7 +44,7 @@ impl Backend for CpuBackend {
         self.allocator.clone()
     }
 
-    fn worker(&self, _index: usize) -> Result<Box<dyn RenderWorker>, String> {
+    fn worker(&self, _index: usize) -> Result<Box<dyn RenderWorker>, BackendError> {
         Ok(Box::new(CpuRenderer::default()))
     }
 
@@ -64,7 +66,7 @@ pub struct CpuRenderer {
 }
 
 impl RenderWorker for CpuRenderer {
-    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, String> {
+    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
         let start = Instant::now();
         let input = slot.input.bytes(plan.input_bytes());
         let out = slot.output.bytes_mut(plan.output_bytes());
@@ -88,14 +90,15 @@ impl CpuRenderer {
         plan: &FramePlan,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<crate::render::plan::Window>, String> {
+    ) -> Result<Option<crate::render::plan::Window>, RenderError> {
         if input.len() < plan.input_bytes() || out.len() < plan.output_bytes() {
-            return Err("internal: slot smaller than the frame".into());
+            return Err(RenderError::Internal("slot smaller than the frame".into()));
         }
         match &plan.chain {
             Chain::Gray(g) => self.render_gray(g, plan.pixels(), input, out),
             Chain::Color(c) => color::render_color(c, plan.pixels(), input, out).map(|_| None),
         }
+        .map_err(RenderError::Plan)
     }
 
     fn render_gray(
@@ -252,7 +255,7 @@ mod tests {
         ];
         for (bits_stored, high_bit, signed) in formats {
             for cols in [1u32, 7, 64] {
-                let mut plan = crate::bench::phantom_plan(cols);
+                let mut plan = crate::source::synth::phantom_plan(cols);
                 let Chain::Gray(g) = &mut plan.chain else {
                     unreachable!("the phantom is grayscale")
                 };

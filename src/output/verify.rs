@@ -9,7 +9,7 @@ use std::path::Path;
 
 use image::ImageDecoder;
 
-use crate::config::OutputFormat;
+use crate::output::options::OutputFormat;
 
 /// The last 12 bytes of every PNG file: the `IEND` chunk (length 0, type, CRC).
 const PNG_IEND: [u8; 12] = [0, 0, 0, 0, b'I', b'E', b'N', b'D', 0xae, 0x42, 0x60, 0x82];
@@ -101,8 +101,8 @@ mod tests {
         ] {
             let mut enc = ImageEncoder::new(EncodeOptions {
                 format,
-                png_compression: crate::config::PngCompression::Fast,
-                png_filter: crate::config::PngFilter::Adaptive,
+                png_compression: crate::output::options::PngCompression::Fast,
+                png_filter: crate::output::options::PngFilter::Adaptive,
                 jpeg_quality: 90,
             });
             let bytes = enc.encode(16, 8, 1, &[7u8; 128]).unwrap().to_vec();

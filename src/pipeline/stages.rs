@@ -11,22 +11,22 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::RenderWorker;
-use crate::config::Naming;
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
 use crate::error::Stage;
-use crate::output::encode::{EncodeOptions, ImageEncoder};
+use crate::memory::{Slot, TakeOr};
+use crate::observe::stats::StageId;
+use crate::output::encode::ImageEncoder;
 use crate::output::naming;
+use crate::output::options::Naming;
 use crate::output::verify::check_existing;
 use crate::paths::Escaped;
 use crate::pipeline::events::{Event, FileMeta};
-use crate::pipeline::slot::{Slot, TakeOr};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
 use crate::source::{self, Candidate, ScanItem};
-use crate::stats::StageId;
 
-/// One frame in flight.
-pub(crate) struct Job {
+/// One frame in flight: its slot, its plan, and where it goes.
+pub(crate) struct InFlight {
     slot: Slot,
     plan: FramePlan,
     id: usize,
@@ -50,7 +50,7 @@ fn panic_reason(what: &str) -> String {
 /// too, but only after reading the event, and by then a fast loader may have started every
 /// remaining file.
 fn send_failure(ctx: &Context, events: &Sender<Event>, event: Event) -> bool {
-    if ctx.settings.fail_fast {
+    if ctx.job.pipeline.fail_fast {
         ctx.cancel.store(true, Ordering::Relaxed);
     }
     events.send(event).is_ok()
@@ -66,10 +66,10 @@ pub(crate) fn scan_stage(
 ) {
     let rec = ctx.stats.recorder(StageId::Scan);
     let mut last = Instant::now();
-    let out_dir = ctx.settings.output_dir.as_path();
+    let out_dir = ctx.job.output.dir.as_path();
     let mut listing = source::list(inputs, Some(out_dir), &ctx.cancel);
     ctx.outputs.set_inputs(listing.take_input_files());
-    if ctx.settings.naming == Naming::Mirror {
+    if ctx.job.output.naming == Naming::Mirror {
         let frame_like = listing
             .files()
             .filter_map(|(path, rel)| {
@@ -118,13 +118,13 @@ pub(crate) fn scan_stage(
 /// Gives candidate `c` its output name, in scan order (the first input to want a name keeps
 /// it). When it cannot have one, the reason goes to the collector and `None` comes back.
 fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Option<Candidate> {
-    let base = match &ctx.settings.naming {
+    let base = match &ctx.job.output.naming {
         Naming::Mirror => Ok(naming::mirror_base(&c.rel)),
         Naming::Pattern(p) => {
             // Names come from the header: read it now (the loader reads it again), so that
             // the order of the scan, not the loaders' timing, decides who keeps a name.
             let limits = DecodeLimits {
-                max_frame_bytes: ctx.settings.max_frame_bytes,
+                max_frame_bytes: ctx.job.pipeline.max_frame_bytes,
             };
             let values = catch_unwind(AssertUnwindSafe(|| {
                 crate::decode::naming_values(&c.path, c.kind.clone(), limits)
@@ -135,7 +135,7 @@ fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Opt
     };
     let event = match base {
         Ok(base) => {
-            let full = ctx.settings.output_dir.join(&base);
+            let full = ctx.job.output.dir.join(&base);
             match ctx.outputs.reserve(&full, c.id, &c.path) {
                 Ok(()) => {
                     c.base = Some(base);
@@ -174,7 +174,7 @@ fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Opt
 pub(crate) fn load_stage(
     ctx: &Context,
     rx: Receiver<ScanItem>,
-    tx: Sender<Job>,
+    tx: Sender<InFlight>,
     events: Sender<Event>,
 ) {
     let mut loader = Loader::new(ctx);
@@ -188,7 +188,7 @@ pub(crate) fn load_stage(
 
 /// A loading thread's recorder and reusable scratch buffer.
 struct Loader {
-    rec: crate::stats::Recorder,
+    rec: crate::observe::stats::Recorder,
     scratch: Vec<u8>,
 }
 
@@ -206,7 +206,7 @@ impl Loader {
         &mut self,
         ctx: &Context,
         item: ScanItem,
-        tx: &Sender<Job>,
+        tx: &Sender<InFlight>,
         events: &Sender<Event>,
         wait: &mut SlotWait,
     ) {
@@ -244,9 +244,9 @@ impl Loader {
         &mut self,
         ctx: &Context,
         item: ScanItem,
-        tx: &Sender<Job>,
+        tx: &Sender<InFlight>,
         writer: &mut Writer,
-        queued: &Receiver<Job>,
+        queued: &Receiver<InFlight>,
         events: &Sender<Event>,
     ) {
         let mut wait = SlotWait::Finish {
@@ -266,7 +266,7 @@ enum SlotWait<'a> {
     /// free: a thread that also writes never sits idle beside a full queue.
     Finish {
         writer: &'a mut Writer,
-        queued: &'a Receiver<Job>,
+        queued: &'a Receiver<InFlight>,
         events: &'a Sender<Event>,
     },
 }
@@ -300,8 +300,8 @@ pub(crate) fn shared_stage(
     ctx: &Context,
     renderer: Option<Box<dyn RenderWorker>>,
     scan: Receiver<ScanItem>,
-    loaded_tx: Sender<Job>,
-    loaded: Receiver<Job>,
+    loaded_tx: Sender<InFlight>,
+    loaded: Receiver<InFlight>,
     events: Sender<Event>,
 ) {
     let mut writer = Writer::new(ctx, renderer);
@@ -365,8 +365,8 @@ pub(crate) fn shared_stage(
 
 /// Output path of every frame: the name the scan assigned (see [`assign_output`]).
 fn output_paths(ctx: &Context, c: &Candidate, info: &ImageInfo) -> Vec<PathBuf> {
-    let ext = ctx.settings.format.extension();
-    let base = match (&c.base, &ctx.settings.naming) {
+    let ext = ctx.job.output.format.extension();
+    let base = match (&c.base, &ctx.job.output.naming) {
         (Some(base), _) => base.clone(),
         (None, Naming::Mirror) => naming::mirror_base(&c.rel),
         (None, Naming::Pattern(p)) => {
@@ -374,7 +374,7 @@ fn output_paths(ctx: &Context, c: &Candidate, info: &ImageInfo) -> Vec<PathBuf> 
         }
     };
     (0..info.frames)
-        .map(|f| naming::frame_path(&ctx.settings.output_dir, &base, info.frames, f, ext))
+        .map(|f| naming::frame_path(&ctx.job.output.dir, &base, info.frames, f, ext))
         .collect()
 }
 
@@ -403,15 +403,15 @@ fn with_path_values(
 fn load_file(
     ctx: &Context,
     c: &Candidate,
-    tx: &Sender<Job>,
+    tx: &Sender<InFlight>,
     events: &Sender<Event>,
-    rec: &crate::stats::Recorder,
+    rec: &crate::observe::stats::Recorder,
     scratch: &mut Vec<u8>,
     wait: &mut SlotWait,
 ) {
     let t0 = Instant::now();
     let limits = DecodeLimits {
-        max_frame_bytes: ctx.settings.max_frame_bytes,
+        max_frame_bytes: ctx.job.pipeline.max_frame_bytes,
     };
     let mut file = match ImageFile::open(&c.path, c.kind.clone(), limits) {
         Ok(f) => f,
@@ -479,9 +479,9 @@ fn load_file(
             fail(Stage::Write, reason);
             continue;
         }
-        if ctx.settings.skip_existing {
+        if ctx.job.output.skip_existing {
             let channels = if info.photometric.is_gray() { 1 } else { 3 };
-            match check_existing(&output, ctx.settings.format, info.cols, info.rows, channels) {
+            match check_existing(&output, ctx.job.output.format, info.cols, info.rows, channels) {
                 Ok(()) => {
                     let _ = events.send(Event::FrameExisting {
                         id: c.id,
@@ -499,7 +499,7 @@ fn load_file(
                 Err(_) => {} // not there: rendered
             }
         }
-        let plan = match plan_frame(&info, frame, &ctx.render) {
+        let plan = match plan_frame(&info, frame, &ctx.job.render) {
             Ok(p) => p,
             Err(reason) => {
                 fail(Stage::Render, reason);
@@ -554,7 +554,7 @@ fn load_file(
             }
             None => String::new(),
         };
-        let job = Job {
+        let job = InFlight {
             slot,
             plan,
             id: c.id,
@@ -575,9 +575,9 @@ fn load_file(
 
 /// The recorders of the render stages, one set per rendering thread.
 struct RenderRecorders {
-    transfer_in: crate::stats::Recorder,
-    compute: crate::stats::Recorder,
-    transfer_out: crate::stats::Recorder,
+    transfer_in: crate::observe::stats::Recorder,
+    compute: crate::observe::stats::Recorder,
+    transfer_out: crate::observe::stats::Recorder,
 }
 
 impl RenderRecorders {
@@ -595,10 +595,10 @@ impl RenderRecorders {
 fn render_job(
     ctx: &Context,
     worker: &mut dyn RenderWorker,
-    mut job: Job,
+    mut job: InFlight,
     rec: &RenderRecorders,
     events: &Sender<Event>,
-) -> Option<Job> {
+) -> Option<InFlight> {
     let start = Instant::now();
     let result = catch_unwind(AssertUnwindSafe(|| worker.render(&job.plan, &mut job.slot)));
     let reason = match result {
@@ -630,7 +630,7 @@ fn render_job(
             job.png_rows = outcome.png_rows;
             return Some(job);
         }
-        Ok(Err(reason)) => reason,
+        Ok(Err(e)) => e.to_string(),
         Err(_) => panic_reason("rendering"),
     };
     let _ = send_failure(
@@ -650,8 +650,8 @@ fn render_job(
 pub(crate) fn render_stage(
     ctx: &Context,
     mut worker: Box<dyn RenderWorker>,
-    rx: Receiver<Job>,
-    tx: Sender<Job>,
+    rx: Receiver<InFlight>,
+    tx: Sender<InFlight>,
     events: Sender<Event>,
 ) {
     let rec = RenderRecorders::new(ctx);
@@ -669,7 +669,7 @@ pub(crate) fn render_stage(
 pub(crate) fn write_stage(
     ctx: &Context,
     renderer: Option<Box<dyn RenderWorker>>,
-    rx: Receiver<Job>,
+    rx: Receiver<InFlight>,
     events: Sender<Event>,
 ) {
     let mut writer = Writer::new(ctx, renderer);
@@ -683,13 +683,13 @@ pub(crate) fn write_stage(
 struct Writer {
     encoder: ImageEncoder,
     renderer: Option<(Box<dyn RenderWorker>, RenderRecorders)>,
-    rec_encode: crate::stats::Recorder,
-    rec_write: crate::stats::Recorder,
-    rec_latency: crate::stats::Recorder,
+    rec_encode: crate::observe::stats::Recorder,
+    rec_write: crate::observe::stats::Recorder,
+    rec_latency: crate::observe::stats::Recorder,
 }
 
 fn new_encoder(ctx: &Context) -> ImageEncoder {
-    ImageEncoder::new(EncodeOptions::of(ctx.settings))
+    ImageEncoder::new(ctx.job.output.encode())
 }
 
 impl Writer {
@@ -705,7 +705,7 @@ impl Writer {
 
     /// Renders `job` when this writer renders, encodes it, gives its slot back and writes the
     /// output atomically; reports the frame done or failed.
-    fn finish(&mut self, ctx: &Context, job: Job, events: &Sender<Event>) {
+    fn finish(&mut self, ctx: &Context, job: InFlight, events: &Sender<Event>) {
         let job = match self.renderer.as_mut() {
             Some((worker, rec)) => match render_job(ctx, worker.as_mut(), job, rec, events) {
                 Some(job) => job,
@@ -713,7 +713,7 @@ impl Writer {
             },
             None => job,
         };
-        let Job {
+        let InFlight {
             slot,
             plan,
             id,

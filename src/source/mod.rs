@@ -3,6 +3,7 @@
 //! under (for mirrored output names).
 
 pub mod series;
+pub mod synth;
 mod walk;
 
 use std::collections::HashSet;

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use dicom_encoding::transfer_syntax::TransferSyntaxIndex;
 
-use crate::decode::{probe, DecodeLimits, ImageFile};
-use crate::paths::Escaped;
-use crate::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
+use dicomflow::decode::{probe, DecodeLimits, ImageFile};
+use dicomflow::paths::Escaped;
+use dicomflow::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
 
 /// Describes `path` as text; `opts` is the window choice to explain.
 pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
@@ -20,7 +20,7 @@ pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
         // The run's default limit: what `run` would refuse, `inspect` refuses too (and a
         // deflated data set is inflated whole here as well).
         DecodeLimits {
-            max_frame_bytes: crate::config::Settings::default().max_frame_bytes,
+            max_frame_bytes: dicomflow::pipeline::options::PipelineOptions::default().max_frame_bytes,
         },
     )
     .map_err(|e| format!("{}: {e}", Escaped(path)))?;
@@ -194,4 +194,34 @@ pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
         }
     }
     Ok(s)
+}
+
+/// `dicomflow inspect`: prints what `run` would do with the file; exit 1 when it cannot be read.
+pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error::FatalError> {
+    use dicomflow::error::FatalError;
+    let window = a
+        .window
+        .parse()
+        .map_err(|e: String| FatalError::Config(format!("--window: {e}")))?;
+    let voi_function = match &a.voi_function {
+        Some(v) => dicomflow::render::spec::parse_voi_override(v)
+            .map_err(|e| FatalError::Config(format!("--voi-function: {e}")))?,
+        None => None,
+    };
+    match describe(
+        &a.file,
+        &RenderOptions {
+            window,
+            voi_function,
+        },
+    ) {
+        Ok(text) => {
+            print!("{text}");
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("dicomflow: {e}");
+            Ok(1)
+        }
+    }
 }
