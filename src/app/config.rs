@@ -12,6 +12,7 @@ use dicomflow::backend::options::{
 };
 use dicomflow::error::FatalError;
 use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter, SyncMode};
+use dicomflow::paths::Escaped;
 use dicomflow::pipeline::options::{Job, Layout};
 use dicomflow::render::spec::parse_voi_override;
 
@@ -133,7 +134,7 @@ impl std::fmt::Display for Origin {
         match self {
             #[cfg(test)]
             Origin::Defaults => write!(f, "built-in defaults"),
-            Origin::File(p) => write!(f, "{}", p.display()),
+            Origin::File(p) => write!(f, "{}", Escaped(p)),
             Origin::Cli => write!(f, "command line"),
         }
     }
@@ -188,6 +189,9 @@ pub struct Settings {
     #[serde(flatten)]
     pub dashboard: DashboardOptions,
 }
+
+/// The largest configuration file read (the shipped one is 6 KiB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// Builds the message for a rejected value.
 fn bad(
@@ -246,9 +250,25 @@ impl Settings {
     }
 
     /// Reads and parses a config file.
+    /// Reads and parses a config file: a regular file (a FIFO or a device would block or
+    /// never end: `-c /dev/zero`) of at most [`MAX_CONFIG_BYTES`].
     pub fn load_file(path: &Path) -> Result<RawConfig, FatalError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| FatalError::Config(format!("config file {}: {e}", path.display())))?;
+        use std::io::Read;
+        let err = |e: &dyn std::fmt::Display| {
+            FatalError::Config(format!("config file {}: {e}", Escaped(path)))
+        };
+        let file = dicomflow::decode::probe::open_input(path).map_err(|e| err(&e))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| err(&e))?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(err(&format!(
+                "larger than {} KiB: not a configuration file",
+                MAX_CONFIG_BYTES >> 10
+            )));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| err(&"not UTF-8 text"))?;
         Self::parse_toml(&text, &Origin::File(path.to_path_buf()))
     }
 

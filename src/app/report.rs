@@ -1,11 +1,12 @@
 //! End-of-run outputs: the summary table on stderr and the JSON report (`--report`).
 
-use std::fmt::Write;
-use std::path::Path;
+use std::fmt::Write as _;
+use std::io::Write as _;
 
 use crate::app::config::Settings;
 use dicomflow::backend::BackendInfo;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
+use dicomflow::output::atomic::PendingFile;
 use dicomflow::paths::Escaped;
 use dicomflow::pipeline::{FileStatus, RunResult};
 
@@ -88,9 +89,10 @@ pub struct Report<'a> {
     pub process: ProcessTimes,
 }
 
-/// Writes the JSON report atomically.
+/// Writes the JSON report into `file` (created when the run started) and makes it appear,
+/// complete, at its path.
 pub fn write_report(
-    path: &Path,
+    file: PendingFile,
     settings: &Settings,
     result: &RunResult,
     stats: &Snapshot,
@@ -110,8 +112,10 @@ pub fn write_report(
         statistics: stats,
         process,
     };
-    let bytes = serde_json::to_vec_pretty(&report)?;
-    dicomflow::output::atomic::write_atomic(path, &bytes)
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut out, &report)?;
+    out.write_all(b"\n")?;
+    out.into_inner().map_err(|e| e.into_error())?.persist()
 }
 
 fn mb(bytes: u64) -> String {

@@ -107,19 +107,104 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// The atomic write behind [`write_atomic`] and [`OutputFiles::write`], the bytes synced
 /// before the name appears when `sync`; returns the folder.
 fn write_file(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<PathBuf> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        create_dirs(dir, sync)?;
+    let mut pending = PendingFile::create(path, sync)?;
+    pending.write_all(bytes)?;
+    pending.finish(sync)
+}
+
+/// A file being written that appears at its path only when [`persist`](Self::persist)ed:
+/// until then it is unnamed (`O_TMPFILE`; or a hidden temporary name where that is
+/// unsupported, removed if it is dropped). Creating one proves that the path's folder can
+/// take a new file, before anything is written: the report and the trace are created when a
+/// run starts.
+pub struct PendingFile {
+    file: File,
+    path: PathBuf,
+    dir: PathBuf,
+    /// The named fallback's temporary path.
+    temp: Option<PathBuf>,
+}
+
+impl PendingFile {
+    /// Starts a file for `path`, creating its parent folders (synced when `sync`).
+    pub fn create(path: &Path, sync: bool) -> std::io::Result<PendingFile> {
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            create_dirs(dir, sync)?;
+        }
+        if path.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "a folder is in the way",
+            ));
+        }
+        let unnamed = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+            .mode(0o644)
+            .open(dir);
+        let (file, temp) = match unnamed {
+            Ok(f) => (f, None),
+            Err(e) if unnamed_unsupported(&e) => {
+                let tmp = temp_name(path);
+                (File::create(&tmp)?, Some(tmp))
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(PendingFile {
+            file,
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+            temp,
+        })
     }
-    match write_unnamed(dir, path, bytes, sync) {
-        Ok(()) => {}
-        Err(e) if unnamed_unsupported(&e) => write_named_temp(dir, path, bytes, sync)?,
-        Err(e) => return Err(e),
+
+    /// Makes the file appear at its path, durably: its bytes on the disk first, then the name,
+    /// then its folder's entry.
+    pub fn persist(self) -> std::io::Result<()> {
+        let dir = self.finish(true)?;
+        sync_dir(&dir)
     }
-    Ok(dir.to_path_buf())
+
+    /// Gives the file its name (replacing a file there); with `sync` its bytes reach the disk
+    /// first. Returns the folder.
+    fn finish(mut self, sync: bool) -> std::io::Result<PathBuf> {
+        self.file.flush()?;
+        if sync {
+            // The bytes reach the disk before the name can: a power loss leaves the whole
+            // file or no name, never a name over missing bytes.
+            self.file.sync_data()?;
+        }
+        match self.temp.take() {
+            Some(tmp) => std::fs::rename(&tmp, &self.path).inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })?,
+            None => link_unnamed(&self.file, &self.path)?,
+        }
+        Ok(std::mem::take(&mut self.dir))
+    }
+}
+
+impl Write for PendingFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        // Not persisted: the unnamed file vanishes with its descriptor; a named one is removed.
+        if let Some(tmp) = self.temp.take() {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
 }
 
 /// `create_dir_all`; with `sync`, syncing the parent of every folder it creates (so that the
@@ -172,74 +257,40 @@ fn temp_name(path: &Path) -> PathBuf {
     path.with_file_name(std::ffi::OsString::from_vec(name))
 }
 
-fn write_unnamed(dir: &Path, path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_TMPFILE)
-        .mode(0o644)
-        .open(dir)?;
-    file.write_all(bytes)?;
-    if sync {
-        // The bytes reach the disk before the name can: a power loss leaves the whole file or
-        // no name, never a name over missing bytes.
-        file.sync_data()?;
-    }
+/// Links the unnamed `file` at `path`, replacing a file there.
+fn link_unnamed(file: &File, path: &Path) -> std::io::Result<()> {
     let proc_path = cstr(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())))?;
-    let target = cstr(path)?;
-    // SAFETY: both arguments are valid NUL-terminated paths; linkat does not retain them.
-    let rc = unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            proc_path.as_ptr(),
-            libc::AT_FDCWD,
-            target.as_ptr(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EEXIST) {
-        // /proc not mounted or linking refused: let the caller use a named temporary.
-        return Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
-    }
-    // The target exists: link under a temporary name, then rename over it (atomic replace).
-    let tmp = temp_name(path);
-    let tmp_c = cstr(&tmp)?;
-    // SAFETY: as above.
-    let rc = unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            proc_path.as_ptr(),
-            libc::AT_FDCWD,
-            tmp_c.as_ptr(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
-fn write_named_temp(_dir: &Path, path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
-    let tmp = temp_name(path);
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        if sync {
-            f.sync_data()?;
+    let link = |to: &Path| -> std::io::Result<()> {
+        let target = cstr(to)?;
+        // SAFETY: both arguments are valid NUL-terminated paths; linkat does not retain them.
+        let rc = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                proc_path.as_ptr(),
+                libc::AT_FDCWD,
+                target.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
         }
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    };
+    match link(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            // The target exists: link under a temporary name, then rename over it (atomic
+            // replace).
+            let tmp = temp_name(path);
+            link(&tmp)?;
+            std::fs::rename(&tmp, path).inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })
+        }
+        Err(e) => Err(e),
     }
-    result
 }
 
 /// The process id in the name of a temporary of the named fallback (`.NAME.PID.N.dicomflow-tmp`),
@@ -335,14 +386,34 @@ mod tests {
     }
 
     #[test]
-    fn named_fallback_also_replaces() {
-        let dir = std::env::temp_dir().join(format!("dicomflow-atomic2-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    fn named_fallback_also_replaces_and_vanishes_when_dropped() {
+        let dir = crate::scratch_dir("atomic2");
         let path = dir.join("y.png");
-        write_named_temp(&dir, &path, b"a", false).unwrap();
-        write_named_temp(&dir, &path, b"bb", true).unwrap();
+        let named = |bytes: &[u8]| {
+            let tmp = temp_name(&path);
+            let mut p = PendingFile {
+                file: File::create(&tmp).unwrap(),
+                path: path.clone(),
+                dir: dir.clone(),
+                temp: Some(tmp),
+            };
+            p.write_all(bytes).unwrap();
+            p
+        };
+        named(b"a").persist().unwrap();
+        named(b"bb").persist().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"bb");
+        drop(named(b"never"));
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        // An unnamed one dropped leaves nothing either.
+        let mut p = PendingFile::create(&dir.join("z.png"), false).unwrap();
+        p.write_all(b"never").unwrap();
+        drop(p);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        assert!(
+            PendingFile::create(&dir, false).is_err(),
+            "a folder is in the way"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

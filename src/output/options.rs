@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::output::encode::EncodeOptions;
 pub use crate::output::atomic::SyncMode;
+use crate::output::encode::EncodeOptions;
 
 /// Output image format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -481,7 +481,13 @@ fn load_file(
         }
         if ctx.job.output.skip_existing {
             let channels = if info.photometric.is_gray() { 1 } else { 3 };
-            match check_existing(&output, ctx.job.output.format, info.cols, info.rows, channels) {
+            match check_existing(
+                &output,
+                ctx.job.output.format,
+                info.cols,
+                info.rows,
+                channels,
+            ) {
                 Ok(()) => {
                     let _ = events.send(Event::FrameExisting {
                         id: c.id,

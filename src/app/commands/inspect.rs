@@ -20,7 +20,8 @@ pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
         // The run's default limit: what `run` would refuse, `inspect` refuses too (and a
         // deflated data set is inflated whole here as well).
         DecodeLimits {
-            max_frame_bytes: dicomflow::pipeline::options::PipelineOptions::default().max_frame_bytes,
+            max_frame_bytes: dicomflow::pipeline::options::PipelineOptions::default()
+                .max_frame_bytes,
         },
     )
     .map_err(|e| format!("{}: {e}", Escaped(path)))?;
@@ -216,11 +217,12 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
         },
     ) {
         Ok(text) => {
-            print!("{text}");
+            crate::app::print::out(&text)
+                .map_err(|e| FatalError::Other(format!("writing to stdout: {e}")))?;
             Ok(0)
         }
         Err(e) => {
-            eprintln!("dicomflow: {e}");
+            crate::app::print::errln(&format!("dicomflow: {e}"));
             Ok(1)
         }
     }

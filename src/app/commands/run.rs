@@ -7,19 +7,45 @@ use std::sync::Arc;
 use dicomflow::error::FatalError;
 use dicomflow::observe::stats::Stats;
 use dicomflow::observe::trace::Tracer;
+use dicomflow::output::atomic::PendingFile;
+use dicomflow::paths::Escaped;
 
 use crate::app::cli::RunArgs;
 use crate::app::config::Settings;
 use crate::app::report::{self, ProcessTimes};
-use crate::app::{dashboard, signals};
+use crate::app::{dashboard, print, signals};
 
 /// Runs `args`; `started` is when the process started (the report's process times).
+///
+/// The exit code: 1 when some input failed (also when the run was stopped too), else 130 when
+/// it was stopped before every input was done, else 2 when the report or the trace could not
+/// be written at the end, else 0. The summary is printed in every case, and the report and
+/// trace paths are created before any work, so that a path that cannot be written stops the
+/// run at once (exit 2) rather than after it.
 pub fn execute(
     args: &RunArgs,
     quiet: bool,
     started: std::time::Instant,
 ) -> Result<i32, FatalError> {
     let settings = Settings::resolve(args.config.as_deref(), &args.to_raw())?;
+    let report_file = match &settings.report {
+        Some(path) => Some(PendingFile::create(path, true).map_err(|e| {
+            FatalError::Config(format!(
+                "--report {}: cannot write there: {e}",
+                Escaped(path)
+            ))
+        })?),
+        None => None,
+    };
+    let tracer = match &settings.trace {
+        Some(path) => Some(Arc::new(Tracer::create(path).map_err(|e| {
+            FatalError::Config(format!(
+                "--trace {}: cannot write there: {e}",
+                Escaped(path)
+            ))
+        })?)),
+        None => None,
+    };
     let backend =
         dicomflow::pipeline::select_backend(&settings.backend, &settings.job, &args.inputs)?;
     // Kept alive to the end: the process exits without tearing the driver down.
@@ -31,7 +57,6 @@ pub fn execute(
     let stats = Stats::new();
     let cancel = Arc::new(AtomicBool::new(false));
     signals::cancel_on_interrupt(cancel.clone());
-    let tracer = settings.trace.as_ref().map(|_| Arc::new(Tracer::new()));
     let display = dashboard::Options {
         display: dashboard::Display::choose(
             settings.dashboard.tui,
@@ -54,20 +79,33 @@ pub fn execute(
     })??;
     process.pipeline_done_s = started.elapsed().as_secs_f64();
     let snapshot = stats.snapshot();
+    // Neither file's failure keeps the other from being written, nor the summary from being
+    // printed: the run happened, and what it did must be said.
+    let mut unwritten = Vec::new();
     if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
-        t.write(path)
-            .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
+        if let Err(e) = t.finish() {
+            unwritten.push(format!("trace {}: {e}", Escaped(path)));
+        }
     }
-    if let Some(path) = &settings.report {
+    if let (Some(path), Some(file)) = (&settings.report, report_file) {
         process.report_s = started.elapsed().as_secs_f64();
-        report::write_report(path, &settings, &result, &snapshot, process)
-            .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
+        if let Err(e) = report::write_report(file, &settings, &result, &snapshot, process) {
+            unwritten.push(format!("report {}: {e}", Escaped(path)));
+        }
     }
     if !quiet {
-        eprint!("{}", report::summary(&result, &snapshot));
+        print::err(&report::summary(&result, &snapshot));
     } else {
         // -q keeps errors: the failed files, one line each.
-        eprint!("{}", report::failures(&result));
+        print::err(&report::failures(&result));
     }
-    Ok(result.exit_code())
+    for what in &unwritten {
+        print::errln(&format!("dicomflow: error: {what}"));
+    }
+    let code = result.exit_code();
+    Ok(if code == 0 && !unwritten.is_empty() {
+        2
+    } else {
+        code
+    })
 }
