@@ -567,13 +567,12 @@ fn finding_11_a_naming_pattern_that_cannot_work_is_refused_up_front() {
     let root = tempdir("adv-naming");
     let input = root.join("in");
     hostile::synth(&input, &["--size", "16", "--slices", "2"]);
+    let out = root.join("out");
     for (pattern, says) in [
         ("{InstanceNumber:65536}", "width"),
-        ("{stem}\0x", "control character"),
         (".", "hidden"),
         ("a/.{stem}", "hidden"),
     ] {
-        let out = root.join("out");
         let o = run(&[
             os("run"),
             input.clone().into(),
@@ -584,12 +583,23 @@ fn finding_11_a_naming_pattern_that_cannot_work_is_refused_up_front() {
         ]);
         assert_eq!(o.code, Some(2), "{pattern:?}: {}", o.stderr);
         assert!(o.stderr.contains(says), "{pattern:?}: {}", o.stderr);
-        assert!(
-            !o.stderr.contains('\0'),
-            "{pattern:?}: a raw NUL was printed"
-        );
         assert!(!out.exists());
     }
+    // A NUL cannot be in an argument, but it can be in a config file.
+    let config = root.join("nul.toml");
+    std::fs::write(&config, "[output]\nnaming = \"{stem}\\u0000x\"\n").unwrap();
+    let o = run(&[
+        os("run"),
+        input.clone().into(),
+        os("-o"),
+        out.clone().into(),
+        os("-c"),
+        config.into(),
+    ]);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(o.stderr.contains("control character"), "{}", o.stderr);
+    assert!(!o.stderr.contains('\0'), "a raw NUL was printed");
+    assert!(!out.exists());
     let _ = std::fs::remove_dir_all(&root);
 }
 

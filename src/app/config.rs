@@ -200,8 +200,21 @@ fn bad(
     value: impl std::fmt::Display,
     why: impl AsRef<str>,
 ) -> FatalError {
+    // Control characters shown escaped: a NUL or an escape sequence in a value is printed as
+    // `\u{0}`, never raw to the terminal.
+    let shown: String = value
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
     FatalError::Config(format!(
-        "{origin}: invalid value `{value}` for `{key}`: {}",
+        "{origin}: invalid value `{shown}` for `{key}`: {}",
         why.as_ref()
     ))
 }
