@@ -134,8 +134,8 @@ fn finding_01_a_fifo_is_skipped_without_opening_it() {
 fn finding_02_a_decompression_bomb_fails_within_bounded_memory() {
     let root = tempdir("adv-bomb");
     let input = root.join("in");
-    // The largest legitimate frame: 1024² at 16 bits, 2 MiB.
-    const SIZE: u32 = 1024;
+    // The largest legitimate frame: 2048² at 16 bits, 8 MiB.
+    const SIZE: u32 = 2048;
     let frame_bytes = (SIZE * SIZE * 2) as u64;
     let legit = slice(&input, "legit.dcm", SIZE);
     let valid = hostile::Dicom::parse(&std::fs::read(slice(&root, "small.dcm", 64)).unwrap());
