@@ -300,10 +300,9 @@ fn fail_fast_stops_at_the_first_failure() {
     let series = input.join("series");
     let good = hostile::synth(&series, &["--size", "128", "--slices", &SLICES.to_string()]);
     assert_eq!(good.len(), SLICES);
-    // The failing file sorts first in the same folder as the good slices: the scan lists a
-    // folder whole once it has started it, so those slices are always "found", and the ones the
-    // loader had not started must be listed as cancelled. (In a folder of its own, a fast
-    // failure could stop the scan before the good folder was listed: nothing to cancel.)
+    // The failing file sorts first in the same folder as the good slices: the scan lists every
+    // input before it opens one, so those slices are always "found", and the ones the loader
+    // had not started must be listed as cancelled.
     let valid = std::fs::read(&good[0]).unwrap();
     let d = hostile::Dicom::parse(&valid);
     let mut bad = d.clone();

@@ -85,7 +85,9 @@ pub(crate) fn scan_stage(
         if let Some(t) = &ctx.tracer {
             let path = match &item {
                 ScanItem::Dicom(c) => &c.path,
-                ScanItem::Skipped { path, .. } | ScanItem::Error { path, .. } => path,
+                ScanItem::Skipped { path, .. }
+                | ScanItem::Error { path, .. }
+                | ScanItem::NotStarted { path } => path,
             };
             t.span(StageId::Scan, &Escaped(path).to_string(), last, now);
         }
@@ -104,6 +106,11 @@ pub(crate) fn scan_stage(
                     reason,
                 },
             ),
+            ScanItem::NotStarted { path } => events.send(Event::FileNotStarted { path }).is_ok(),
+            // Probed as the cancel came: not started either.
+            ScanItem::Dicom(c) if ctx.cancel.load(Ordering::Relaxed) => {
+                events.send(Event::FileNotStarted { path: c.path }).is_ok()
+            }
             ScanItem::Dicom(c) => match assign_output(ctx, c, &events) {
                 Some(c) => tx.send(ScanItem::Dicom(c)).is_ok(),
                 // Reported: the file failed, or is no image.

@@ -42,6 +42,8 @@ pub enum ScanItem {
     Skipped { path: PathBuf, reason: String },
     /// A path that could not be read at all (missing input, permission, ...).
     Error { path: PathBuf, reason: String },
+    /// A file listed but not opened because the run was cancelled first.
+    NotStarted { path: PathBuf },
 }
 
 /// Every entry under the inputs, listed (in scan order) before any file is opened: the
@@ -85,16 +87,21 @@ impl Listing {
     }
 
     /// Probes the listed files in order, handing each result to `emit` (which returns false
-    /// to stop) until done or `cancel` is set. Returns the number of entries handed on.
+    /// to stop). Once `cancel` is set the files left are handed on as
+    /// [`ScanItem::NotStarted`], unopened: every listed entry is accounted for. Returns the
+    /// number of entries handed on.
     pub fn scan(self, cancel: &AtomicBool, mut emit: impl FnMut(ScanItem) -> bool) -> usize {
         let mut next_id = 0usize;
         let mut n = 0;
         for f in self.found {
-            if cancel.load(Ordering::Relaxed) {
-                break;
-            }
+            let item = match f {
+                Found::File { path, .. } if cancel.load(Ordering::Relaxed) => {
+                    ScanItem::NotStarted { path }
+                }
+                f => classify(&mut next_id, f),
+            };
             n += 1;
-            if !emit(classify(&mut next_id, f)) {
+            if !emit(item) {
                 break;
             }
         }
