@@ -456,5 +456,13 @@ fn write_fuzz_seeds() {
     let name = "bomb_jpeg_ll_sof";
     let case = cases.iter().find(|c| c.name == name).unwrap();
     std::fs::copy(&case.path, Path::new(&dest).join(format!("{name}.dcm"))).unwrap();
+    // The shape of the deflate bomb of issue 22 (a 1 x 1 image whose deflated Pixel Data
+    // declares and holds far more), small enough for -max_len=40000: 32 MiB in 32 KB.
+    let bomb = hostile::deflate_bomb(
+        &hostile::Dicom::parse(&std::fs::read(&valid[0]).unwrap()),
+        32 << 20,
+    );
+    assert!(bomb.len() < 40_000, "{} bytes", bomb.len());
+    std::fs::write(Path::new(&dest).join("deflate_bomb_32mib.dcm"), bomb).unwrap();
     let _ = std::fs::remove_dir_all(&root);
 }
