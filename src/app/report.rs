@@ -237,7 +237,7 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         .filter(|f| f.status == FileStatus::Skipped)
         .collect();
     if !skipped.is_empty() {
-        let _ = writeln!(s, "  skipped (not images):");
+        let _ = writeln!(s, "  skipped (not rendered, not failures):");
         for f in skipped.iter().take(20) {
             let _ = writeln!(
                 s,
