@@ -283,7 +283,8 @@ impl SlotPool {
     pub fn take_or<T>(&self, other: &Receiver<T>) -> TakeOr<T> {
         // A free slot first: `select!` picks at random among ready operations, and a loading
         // thread that took back the frame it had just queued would keep it from the threads
-        // waiting for work (a multi-frame file then ran on one thread: BENCHMARKS.md item 29).
+        // waiting for work: a 600-frame file then ran nearly all on one thread, 0.275 s against
+        // 0.208 s with a pool per stage; with a free slot first, 0.218 against 0.224 s.
         if let Ok(slot) = self.free_rx.try_recv() {
             return TakeOr::Slot(slot);
         }
