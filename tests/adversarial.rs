@@ -5,7 +5,7 @@
 //! that cannot work). Each test names the finding it pins.
 
 mod common;
-use common::{assert_no_panic_text, bin, run_limited, tempdir, Outcome};
+use common::{assert_no_panic_text, bin, reasons, run_limited, tempdir, Outcome};
 
 mod hostile;
 
@@ -27,6 +27,13 @@ fn run<S: AsRef<OsStr>>(args: &[S]) -> Outcome {
 
 fn os(s: &str) -> OsString {
     OsString::from(s)
+}
+
+/// `dicomflow run INPUT -o OUT EXTRA...` (see [`run`]).
+fn run_to(input: &Path, out: &Path, extra: &[OsString]) -> Outcome {
+    let mut args = vec![os("run"), input.into(), os("-o"), out.into()];
+    args.extend_from_slice(extra);
+    run(&args)
 }
 
 /// A path from bytes (names that are not UTF-8).
@@ -55,20 +62,9 @@ fn record<'a>(report: &'a serde_json::Value, path: &Path) -> &'a serde_json::Val
         .unwrap_or_else(|| panic!("{} is not in the report: {report}", path.display()))
 }
 
-/// Every reason a record gives: its skip reason and its failures'.
-fn reasons(rec: &serde_json::Value) -> String {
-    let mut v: Vec<String> = rec["failures"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|f| f["reason"].as_str().unwrap_or("").to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(s) = rec["skip_reason"].as_str() {
-        v.push(s.to_string());
-    }
-    v.join("; ")
+/// Every reason a record gives (its skip reason and its failures'), in one line.
+fn said(rec: &serde_json::Value) -> String {
+    reasons(rec).join("; ")
 }
 
 /// Width and height of a PNG file (from its header).
@@ -121,7 +117,7 @@ fn finding_01_a_fifo_is_skipped_without_opening_it() {
     assert_eq!(record(&r, &good)["status"], "ok");
     let rec = record(&r, &fifo);
     assert_eq!(rec["status"], "skipped");
-    assert!(reasons(rec).contains("FIFO"), "{rec}");
+    assert!(said(rec).contains("FIFO"), "{rec}");
     assert!(o.stderr.contains("fifo.dcm: a FIFO"), "{}", o.stderr);
     // `inspect` says what it is instead of waiting for a writer.
     let o = run(&[os("inspect"), fifo.into()]);
@@ -152,32 +148,22 @@ fn finding_02_a_decompression_bomb_fails_within_bounded_memory() {
     // The process alone: a run over a folder with nothing to render.
     let empty = root.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
-    let idle = run(&[
-        os("run"),
-        empty.into(),
-        os("-o"),
-        root.join("out0").into(),
-        os("-q"),
-    ]);
+    let idle = run_to(&empty, &root.join("out0"), &[os("-q")]);
     assert_eq!(idle.code, Some(0), "{}", idle.stderr);
 
     let report = root.join("r.json");
-    let o = run(&[
-        os("run"),
-        input.clone().into(),
-        os("-o"),
-        root.join("out").into(),
-        os("--report"),
-        report.clone().into(),
-        os("-q"),
-    ]);
+    let o = run_to(
+        &input,
+        &root.join("out"),
+        &[os("--report"), report.clone().into(), os("-q")],
+    );
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     let r = read_report(&report);
     assert_eq!(record(&r, &legit)["status"], "ok");
     for b in &bombs {
         let rec = record(&r, b);
         assert_eq!(rec["status"], "failed");
-        assert!(reasons(rec).contains("decompression bomb"), "{rec}");
+        assert!(said(rec).contains("decompression bomb"), "{rec}");
     }
     let ring = r["result"]["slot_memory_bytes"].as_u64().unwrap();
     let bound = idle.max_rss_bytes + 2 * frame_bytes + ring;
@@ -210,15 +196,11 @@ fn finding_03_an_output_never_replaces_an_input() {
     let input = slice(&d, "scan.png", 16);
     let before = std::fs::read(&input).unwrap();
     let report = root.join("r.json");
-    let o = run(&[
-        os("run"),
-        input.clone().into(),
-        os("-o"),
-        d.clone().into(),
-        os("--report"),
-        report.clone().into(),
-        os("--no-tui"),
-    ]);
+    let o = run_to(
+        &input,
+        &d,
+        &[os("--report"), report.clone().into(), os("--no-tui")],
+    );
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     assert_eq!(
         std::fs::read(&input).unwrap(),
@@ -228,17 +210,9 @@ fn finding_03_an_output_never_replaces_an_input() {
     let r = read_report(&report);
     let rec = record(&r, &input);
     assert_eq!(rec["status"], "failed");
-    assert!(reasons(rec).contains("is an input file"), "{rec}");
+    assert!(said(rec).contains("is an input file"), "{rec}");
     // The same when the input is found in a folder and a pattern names it.
-    let o = run(&[
-        os("run"),
-        d.clone().into(),
-        os("-o"),
-        root.clone().into(),
-        os("--naming"),
-        os("d/{stem}"),
-        os("-q"),
-    ]);
+    let o = run_to(&d, &root, &[os("--naming"), os("d/{stem}"), os("-q")]);
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     assert!(o.stderr.contains("is an input file"), "{}", o.stderr);
     assert_eq!(
@@ -263,21 +237,17 @@ fn finding_04_an_output_folder_that_is_or_holds_inputs_is_said() {
     let top = slice(&data, "top.dcm", 16);
     slice(&data.join("d1"), "inside.dcm", 16);
     let report = root.join("r.json");
-    let o = run(&[
-        os("run"),
-        data.clone().into(),
-        os("-o"),
-        data.join("d1").into(),
-        os("--report"),
-        report.clone().into(),
-        os("--no-tui"),
-    ]);
+    let o = run_to(
+        &data,
+        &data.join("d1"),
+        &[os("--report"), report.clone().into(), os("--no-tui")],
+    );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let r = read_report(&report);
     assert_eq!(record(&r, &top)["status"], "ok");
     let rec = record(&r, &data.join("d1"));
     assert_eq!(rec["status"], "skipped");
-    assert!(reasons(rec).contains("output folder"), "{rec}");
+    assert!(said(rec).contains("output folder"), "{rec}");
     assert!(o.stderr.contains("the output folder"), "{}", o.stderr);
     let _ = std::fs::remove_dir_all(&root);
 }
@@ -330,15 +300,11 @@ fn finding_06_names_that_are_not_utf8_round_trip() {
     }
     let out = root.join(bytes_path(b"out\xe9"));
     let report = root.join(bytes_path(b"r\xe9.json"));
-    let o = run(&[
-        os("run"),
-        input.clone().into(),
-        os("-o"),
-        out.clone().into(),
-        os("--report"),
-        report.clone().into(),
-        os("--no-tui"),
-    ]);
+    let o = run_to(
+        &input,
+        &out,
+        &[os("--report"), report.clone().into(), os("--no-tui")],
+    );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     // Faithful output names: no two inputs share one.
     for n in [&b"ok\xff.png"[..], b"a\xff.png", b"a\xfe.png"] {
@@ -363,14 +329,7 @@ fn finding_07_a_report_or_trace_that_cannot_be_written_is_said_up_front() {
     hostile::synth(&input, &["--size", "16", "--slices", "2"]);
     for flag in ["--report", "--trace"] {
         let out = root.join(format!("out{flag}"));
-        let o = run(&[
-            os("run"),
-            input.clone().into(),
-            os("-o"),
-            out.clone().into(),
-            os(flag),
-            os("/proc/rep.json"),
-        ]);
+        let o = run_to(&input, &out, &[os(flag), os("/proc/rep.json")]);
         assert_eq!(o.code, Some(2), "{flag}: {}", o.stderr);
         assert!(o.stderr.contains("/proc/rep.json"), "{}", o.stderr);
         assert!(!out.exists(), "{flag}: the run went ahead");
@@ -396,19 +355,19 @@ fn finding_07_a_full_disk_at_the_end_keeps_the_summary_and_the_exit_code() {
     }
     let report = root.join("r.json");
     // The outputs and the trace fill the tmpfs; the report lives elsewhere.
-    let o = run(&[
-        os("run"),
-        input.clone().into(),
-        os("-o"),
-        small.join("out").into(),
-        os("--trace"),
-        small.join("t.json").into(),
-        os("--report"),
-        report.clone().into(),
-        os("--png-compression"),
-        os("none"),
-        os("--no-tui"),
-    ]);
+    let o = run_to(
+        &input,
+        &small.join("out"),
+        &[
+            os("--trace"),
+            small.join("t.json").into(),
+            os("--report"),
+            report.clone().into(),
+            os("--png-compression"),
+            os("none"),
+            os("--no-tui"),
+        ],
+    );
     let _ = Command::new("umount").arg(&small).status();
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     assert!(o.stderr.contains("\n  failed:\n"), "{}", o.stderr);
@@ -428,17 +387,17 @@ fn finding_08_the_first_input_in_name_order_keeps_a_shared_output_name() {
     for (i, writers) in ["1", "2", "1", "2"].iter().enumerate() {
         let _ = std::fs::remove_dir_all(&out);
         let report = root.join(format!("r{i}.json"));
-        let o = run(&[
-            os("run"),
-            input.clone().into(),
-            os("-o"),
-            out.clone().into(),
-            os("--writers"),
-            os(writers),
-            os("--report"),
-            report.clone().into(),
-            os("-q"),
-        ]);
+        let o = run_to(
+            &input,
+            &out,
+            &[
+                os("--writers"),
+                os(writers),
+                os("--report"),
+                report.clone().into(),
+                os("-q"),
+            ],
+        );
         assert_eq!(o.code, Some(1), "{}", o.stderr);
         assert_eq!(
             png_size(&out.join("x.png")),
@@ -450,20 +409,20 @@ fn finding_08_the_first_input_in_name_order_keeps_a_shared_output_name() {
         let rec = record(&r, &small);
         assert_eq!(rec["status"], "failed");
         // The other input is named (not the output twice).
-        assert!(reasons(rec).contains("in/x.dcm"), "{rec}");
+        assert!(said(rec).contains("in/x.dcm"), "{rec}");
     }
     // Resume says the same.
     let report = root.join("resume.json");
-    let o = run(&[
-        os("run"),
-        input.clone().into(),
-        os("-o"),
-        out.clone().into(),
-        os("--skip-existing"),
-        os("--report"),
-        report.clone().into(),
-        os("-q"),
-    ]);
+    let o = run_to(
+        &input,
+        &out,
+        &[
+            os("--skip-existing"),
+            os("--report"),
+            report.clone().into(),
+            os("-q"),
+        ],
+    );
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     let r = read_report(&report);
     let rec = record(&r, &big);
@@ -479,13 +438,7 @@ fn finding_09_resume_renders_broken_outputs_again() {
     let input = root.join("in");
     hostile::synth(&input, &["--size", "32", "--slices", "5"]);
     let out = root.join("out");
-    let o = run(&[
-        os("run"),
-        input.clone().into(),
-        os("-o"),
-        out.clone().into(),
-        os("-q"),
-    ]);
+    let o = run_to(&input, &out, &[os("-q")]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let good = std::fs::read(out.join("IM00001.png")).unwrap();
     std::fs::write(out.join("IM00001.png"), b"").unwrap(); // zero bytes
@@ -494,16 +447,16 @@ fn finding_09_resume_renders_broken_outputs_again() {
     std::fs::remove_file(out.join("IM00004.png")).unwrap();
     std::fs::create_dir(out.join("IM00004.png")).unwrap(); // a folder
     let report = root.join("r.json");
-    let o = run(&[
-        os("run"),
-        input.clone().into(),
-        os("-o"),
-        out.clone().into(),
-        os("--skip-existing"),
-        os("--report"),
-        report.clone().into(),
-        os("-q"),
-    ]);
+    let o = run_to(
+        &input,
+        &out,
+        &[
+            os("--skip-existing"),
+            os("--report"),
+            report.clone().into(),
+            os("-q"),
+        ],
+    );
     // The folder cannot be replaced: that frame fails, saying so.
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     let r = read_report(&report);
@@ -533,15 +486,11 @@ fn finding_10_everything_the_scan_does_not_render_is_listed() {
     let sock = data.join("sock");
     let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let report = root.join("r.json");
-    let o = run(&[
-        os("run"),
-        data.clone().into(),
-        os("-o"),
-        root.join("out").into(),
-        os("--report"),
-        report.clone().into(),
-        os("--no-tui"),
-    ]);
+    let o = run_to(
+        &data,
+        &root.join("out"),
+        &[os("--report"), report.clone().into(), os("--no-tui")],
+    );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let r = read_report(&report);
     assert_eq!(record(&r, &good)["status"], "ok");
@@ -556,7 +505,7 @@ fn finding_10_everything_the_scan_does_not_render_is_listed() {
     ] {
         let rec = record(&r, &data.join(name));
         assert_eq!(rec["status"], "skipped", "{name}");
-        assert!(reasons(rec).contains(says), "{name}: {rec}");
+        assert!(said(rec).contains(says), "{name}: {rec}");
     }
     assert_eq!(r["result"]["totals"]["files"], 6);
     let _ = std::fs::remove_dir_all(&root);
@@ -573,14 +522,7 @@ fn finding_11_a_naming_pattern_that_cannot_work_is_refused_up_front() {
         (".", "hidden"),
         ("a/.{stem}", "hidden"),
     ] {
-        let o = run(&[
-            os("run"),
-            input.clone().into(),
-            os("-o"),
-            out.clone().into(),
-            os("--naming"),
-            os(pattern),
-        ]);
+        let o = run_to(&input, &out, &[os("--naming"), os(pattern)]);
         assert_eq!(o.code, Some(2), "{pattern:?}: {}", o.stderr);
         assert!(o.stderr.contains(says), "{pattern:?}: {}", o.stderr);
         assert!(!out.exists());
@@ -588,14 +530,7 @@ fn finding_11_a_naming_pattern_that_cannot_work_is_refused_up_front() {
     // A NUL cannot be in an argument, but it can be in a config file.
     let config = root.join("nul.toml");
     std::fs::write(&config, "[output]\nnaming = \"{stem}\\u0000x\"\n").unwrap();
-    let o = run(&[
-        os("run"),
-        input.clone().into(),
-        os("-o"),
-        out.clone().into(),
-        os("-c"),
-        config.into(),
-    ]);
+    let o = run_to(&input, &out, &[os("-c"), config.into()]);
     assert_eq!(o.code, Some(2), "{}", o.stderr);
     assert!(o.stderr.contains("control character"), "{}", o.stderr);
     assert!(!o.stderr.contains('\0'), "a raw NUL was printed");
@@ -676,13 +611,7 @@ fn finding_13_the_smaller_ones() {
     let alive = out.join(format!(".x.png.{}.0.dicomflow-tmp", std::process::id()));
     std::fs::write(&dead, b"partial").unwrap();
     std::fs::write(&alive, b"partial").unwrap();
-    let o = run(&[
-        os("run"),
-        input.clone().into(),
-        os("-o"),
-        out.into(),
-        os("-q"),
-    ]);
+    let o = run_to(&input, &out, &[os("-q")]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     assert!(!dead.exists() && alive.exists());
 
@@ -696,14 +625,11 @@ fn finding_13_the_smaller_ones() {
         (fifo, "FIFO"),
         (big, "larger than"),
     ] {
-        let o = run(&[
-            os("run"),
-            input.clone().into(),
-            os("-o"),
-            root.join("out3").into(),
-            os("-c"),
-            config.clone().into(),
-        ]);
+        let o = run_to(
+            &input,
+            &root.join("out3"),
+            &[os("-c"), config.clone().into()],
+        );
         assert_eq!(o.code, Some(2), "{}: {}", config.display(), o.stderr);
         assert!(
             o.stderr.contains(says),

@@ -4,7 +4,7 @@
 //! nothing may panic, hang, or leave temporary files behind; `--fail-fast` stops early.
 
 mod common;
-use common::{assert_no_panic_text, bin, run_limited, tempdir, Outcome};
+use common::{assert_no_panic_text, bin, reasons, run_limited, tempdir, Outcome};
 
 mod hostile;
 
@@ -132,22 +132,6 @@ fn record_for<'a>(report: &'a serde_json::Value, path: &Path) -> Option<&'a serd
     file_records(report)
         .iter()
         .find(|f| f["path"].as_str() == Some(&*want))
-}
-
-/// The reasons a record gives (skip reason and every failure reason).
-fn reasons(rec: &serde_json::Value) -> Vec<String> {
-    let mut v: Vec<String> = rec["failures"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|f| f["reason"].as_str().unwrap_or("").to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(s) = rec["skip_reason"].as_str() {
-        v.push(s.to_string());
-    }
-    v
 }
 
 #[test]

@@ -104,3 +104,19 @@ pub fn assert_no_panic_text(stderr: &str) {
         );
     }
 }
+
+/// The reasons a record gives (skip reason and every failure reason).
+pub fn reasons(rec: &serde_json::Value) -> Vec<String> {
+    let mut v: Vec<String> = rec["failures"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|f| f["reason"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(s) = rec["skip_reason"].as_str() {
+        v.push(s.to_string());
+    }
+    v
+}
