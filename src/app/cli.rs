@@ -182,6 +182,9 @@ pub struct RunArgs {
     /// Skip inputs whose outputs exist (resume a killed run).
     #[arg(long)]
     pub skip_existing: bool,
+    /// When outputs reach the disk: run (at the end), file (each before its name), none.
+    #[arg(long)]
+    pub sync: Option<String>,
     /// Stop at the first failure.
     #[arg(long)]
     pub fail_fast: bool,
@@ -238,6 +241,7 @@ impl RunArgs {
         r.output.jpeg_quality = self.jpeg_quality;
         r.output.naming = self.naming.clone();
         r.output.skip_existing = self.skip_existing.then_some(true);
+        r.output.sync = self.sync.clone();
         r.run.fail_fast = self.fail_fast.then_some(true);
         r.run.report = self.report.clone();
         r.run.trace = self.trace.clone();

@@ -1,11 +1,13 @@
 //! End-of-run outputs: the summary table on stderr and the JSON report (`--report`).
 
-use std::fmt::Write;
-use std::path::Path;
+use std::fmt::Write as _;
+use std::io::Write as _;
 
 use crate::app::config::Settings;
 use dicomflow::backend::BackendInfo;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
+use dicomflow::output::atomic::PendingFile;
+use dicomflow::paths::Escaped;
 use dicomflow::pipeline::{FileStatus, RunResult};
 use dicomflow::source::select::ShardPlanInfo;
 
@@ -104,9 +106,10 @@ pub struct Report<'a> {
     pub shard: Option<&'a ShardSection>,
 }
 
-/// Writes the JSON report atomically.
+/// Writes the JSON report into `file` (created when the run started) and makes it appear,
+/// complete, at its path.
 pub fn write_report(
-    path: &Path,
+    file: PendingFile,
     settings: &Settings,
     result: &RunResult,
     stats: &Snapshot,
@@ -128,8 +131,10 @@ pub fn write_report(
         process,
         shard,
     };
-    let bytes = serde_json::to_vec_pretty(&report)?;
-    dicomflow::output::atomic::write_atomic(path, &bytes)
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut out, &report)?;
+    out.write_all(b"\n")?;
+    out.into_inner().map_err(|e| e.into_error())?.persist()
 }
 
 fn mb(bytes: u64) -> String {
@@ -251,12 +256,12 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         .filter(|f| f.status == FileStatus::Skipped)
         .collect();
     if !skipped.is_empty() {
-        let _ = writeln!(s, "  skipped (not images):");
+        let _ = writeln!(s, "  skipped (not rendered, not failures):");
         for f in skipped.iter().take(20) {
             let _ = writeln!(
                 s,
                 "    {}: {}",
-                f.path.display(),
+                Escaped(&f.path),
                 f.skip_reason.as_deref().unwrap_or("")
             );
         }
@@ -285,7 +290,7 @@ pub fn failures(result: &RunResult) -> String {
             let _ = writeln!(
                 s,
                 "    {}{}: {}: {}",
-                f.path.display(),
+                Escaped(&f.path),
                 frame,
                 x.stage,
                 x.reason

@@ -57,8 +57,10 @@ pub struct GpuOptions {
     /// Memory the stream-ordered pool keeps reserved across synchronizations.
     pub release_threshold_bytes: u64,
     /// Where compiled kernels are cached; `None` = `$XDG_CACHE_HOME/dicomflow`.
+    #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub kernel_cache: Option<PathBuf>,
     /// Folder searched first for NVIDIA's codec libraries (nvJPEG, nvJPEG2000, nvCOMP).
+    #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub library_path: Option<PathBuf>,
 }
 

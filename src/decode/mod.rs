@@ -88,63 +88,107 @@ pub struct ImageFile {
 /// Limits applied before any large allocation.
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeLimits {
-    /// Largest frame accepted (bytes of stored values).
+    /// Largest frame accepted (bytes of stored values); also the most Pixel Data a deflated
+    /// data set may inflate to (it is inflated whole).
     pub max_frame_bytes: u64,
+}
+
+/// The largest frame accepted unless configured otherwise (`pipeline.max_frame_mib`): 1 GiB.
+pub const DEFAULT_MAX_FRAME_BYTES: u64 = 1024 << 20;
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        DecodeLimits {
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+        }
+    }
+}
+
+/// The header of an image file (up to its Pixel Data), its transfer syntax, and whether it
+/// is a bare data set.
+struct Header {
+    object: HeaderObject,
+    ts: String,
+    bare: bool,
+}
+
+/// Reads the header of a file found by [`probe`] to be DICOM, after the structure checks;
+/// `Skip` when it is no image (a DICOMDIR, no Rows/Columns).
+fn read_header(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<Header, DecodeError> {
+    // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
+    // the stack (an abort, not a catchable panic): refuse them before it parses.
+    guard::check_structure(path, &kind, limits.max_frame_bytes).map_err(fail)?;
+    let (header, ts, bare) = match kind {
+        Probe::FileMeta => {
+            let obj = OpenFileOptions::new()
+                .read_until(tags::PIXEL_DATA)
+                .open_file(path)
+                .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
+            // The meta table's getters already trim UIDs (trailing NULs and whitespace).
+            let sop = obj.meta().media_storage_sop_class_uid();
+            if sop == uids::MEDIA_STORAGE_DIRECTORY_STORAGE {
+                return Err(DecodeError::Skip(
+                    "DICOMDIR (media storage directory), not an image".into(),
+                ));
+            }
+            let ts = obj.meta().transfer_syntax().to_string();
+            (HeaderObject::File(Box::new(obj)), ts, false)
+        }
+        Probe::BareDataset { transfer_syntax } => {
+            let mut collector = DicomCollectorOptions::new()
+                .read_preamble(dicom_object::file::ReadPreamble::Never)
+                .expected_ts(transfer_syntax)
+                .open_file(path)
+                .map_err(|e| fail(format!("cannot open: {}", error_chain(&e))))?;
+            let mut obj = InMemDicomObject::new_empty();
+            collector
+                .read_dataset_up_to_pixeldata(&mut obj)
+                .map_err(|e| fail(format!("cannot parse DICOM data set: {}", error_chain(&e))))?;
+            (HeaderObject::Bare(obj), transfer_syntax.to_string(), true)
+        }
+        Probe::NotDicom(reason) => return Err(DecodeError::Skip(reason)),
+    };
+    let dataset = header.dataset();
+    if dataset.get(tags::DIRECTORY_RECORD_SEQUENCE).is_some() {
+        return Err(DecodeError::Skip(
+            "DICOMDIR (media storage directory), not an image".into(),
+        ));
+    }
+    let has_pixel_tags = dataset.get(tags::ROWS).is_some() || dataset.get(tags::COLUMNS).is_some();
+    if !has_pixel_tags {
+        let sop = info::opt_str(dataset, tags::SOP_CLASS_UID).unwrap_or_default();
+        return Err(DecodeError::Skip(format!(
+            "no image (no Rows/Columns/Pixel Data; SOP class {})",
+            if sop.is_empty() { "unknown" } else { &sop }
+        )));
+    }
+    Ok(Header {
+        object: header,
+        ts,
+        bare,
+    })
+}
+
+/// The values an output naming pattern may use (`output::naming::PATTERN_KEYS`, less those
+/// that come from the path), read from the header alone; `Skip` when the file is no image.
+pub fn naming_values(
+    path: &Path,
+    kind: Probe,
+    limits: DecodeLimits,
+) -> Result<std::collections::BTreeMap<String, String>, DecodeError> {
+    let header = read_header(path, kind, limits)?;
+    Ok(info::naming_values(header.object.dataset()))
 }
 
 impl ImageFile {
     /// Opens a file found by [`probe`] to be DICOM, reading its header (not its pixels).
     pub fn open(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<ImageFile, DecodeError> {
-        // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
-        // the stack (an abort, not a catchable panic): refuse them before it parses.
-        guard::check_structure(path, &kind).map_err(fail)?;
-        let (header, ts, bare) = match kind {
-            Probe::FileMeta => {
-                let obj = OpenFileOptions::new()
-                    .read_until(tags::PIXEL_DATA)
-                    .open_file(path)
-                    .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
-                // The meta table's getters already trim UIDs (trailing NULs and whitespace).
-                let sop = obj.meta().media_storage_sop_class_uid();
-                if sop == uids::MEDIA_STORAGE_DIRECTORY_STORAGE {
-                    return Err(DecodeError::Skip(
-                        "DICOMDIR (media storage directory), not an image".into(),
-                    ));
-                }
-                let ts = obj.meta().transfer_syntax().to_string();
-                (HeaderObject::File(Box::new(obj)), ts, false)
-            }
-            Probe::BareDataset { transfer_syntax } => {
-                let mut collector = DicomCollectorOptions::new()
-                    .read_preamble(dicom_object::file::ReadPreamble::Never)
-                    .expected_ts(transfer_syntax)
-                    .open_file(path)
-                    .map_err(|e| fail(format!("cannot open: {}", error_chain(&e))))?;
-                let mut obj = InMemDicomObject::new_empty();
-                collector
-                    .read_dataset_up_to_pixeldata(&mut obj)
-                    .map_err(|e| {
-                        fail(format!("cannot parse DICOM data set: {}", error_chain(&e)))
-                    })?;
-                (HeaderObject::Bare(obj), transfer_syntax.to_string(), true)
-            }
-            Probe::NotDicom(reason) => return Err(DecodeError::Skip(reason)),
-        };
+        let Header {
+            object: header,
+            ts,
+            bare,
+        } = read_header(path, kind, limits)?;
         let dataset = header.dataset();
-        if dataset.get(tags::DIRECTORY_RECORD_SEQUENCE).is_some() {
-            return Err(DecodeError::Skip(
-                "DICOMDIR (media storage directory), not an image".into(),
-            ));
-        }
-        let has_pixel_tags =
-            dataset.get(tags::ROWS).is_some() || dataset.get(tags::COLUMNS).is_some();
-        if !has_pixel_tags {
-            let sop = info::opt_str(dataset, tags::SOP_CLASS_UID).unwrap_or_default();
-            return Err(DecodeError::Skip(format!(
-                "no image (no Rows/Columns/Pixel Data; SOP class {})",
-                if sop.is_empty() { "unknown" } else { &sop }
-            )));
-        }
         let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
         if native_byte_order(&info.transfer_syntax).is_none() && !is_deflate(&info.transfer_syntax)
         {

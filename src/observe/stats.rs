@@ -178,6 +178,7 @@ pub type Gauge = Box<dyn Fn() -> (usize, usize) + Send + Sync>;
 /// One recent error, for the dashboard.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ErrorEntry {
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub path: PathBuf,
     pub stage: String,
     pub reason: String,

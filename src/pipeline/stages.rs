@@ -4,7 +4,7 @@
 //! file's failure; the thread goes on.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -16,8 +16,10 @@ use crate::error::Stage;
 use crate::memory::{Slot, TakeOr};
 use crate::observe::stats::StageId;
 use crate::output::encode::ImageEncoder;
+use crate::output::naming;
 use crate::output::options::Naming;
-use crate::output::{atomic, naming};
+use crate::output::verify::check_existing;
+use crate::paths::Escaped;
 use crate::pipeline::events::{Event, FileMeta};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
@@ -54,6 +56,8 @@ fn send_failure(ctx: &Context, events: &Sender<Event>, event: Event) -> bool {
     events.send(event).is_ok()
 }
 
+/// Lists the inputs, then probes them in order, assigns each DICOM file its output name (see
+/// [`super::outputs`]) and hands it to the loaders; everything else goes to the collector.
 pub(crate) fn scan_stage(
     ctx: &Context,
     sources: &Sources,
@@ -62,16 +66,30 @@ pub(crate) fn scan_stage(
 ) {
     let rec = ctx.stats.recorder(StageId::Scan);
     let mut last = Instant::now();
-    let exclude = Some(ctx.job.output.dir.as_path());
-    sources.scan(exclude, &ctx.cancel, |item| {
+    let out_dir = ctx.job.output.dir.as_path();
+    let mut listing = sources.list(Some(out_dir), &ctx.cancel);
+    ctx.outputs.set_inputs(listing.take_input_files());
+    if ctx.job.output.naming == Naming::Mirror {
+        let frame_like = listing
+            .files()
+            .filter_map(|(path, rel)| {
+                let base = out_dir.join(naming::mirror_base(rel));
+                naming::is_frame_like(&base).then(|| (base, path.to_path_buf()))
+            })
+            .collect();
+        ctx.outputs.set_frame_like(frame_like);
+    }
+    listing.scan(&ctx.cancel, |item| {
         let now = Instant::now();
         rec.record(now - last);
         if let Some(t) = &ctx.tracer {
             let path = match &item {
                 ScanItem::Dicom(c) => &c.path,
-                ScanItem::Skipped { path, .. } | ScanItem::Error { path, .. } => path,
+                ScanItem::Skipped { path, .. }
+                | ScanItem::Error { path, .. }
+                | ScanItem::NotStarted { path } => path,
             };
-            t.span(StageId::Scan, &path.display().to_string(), last, now);
+            t.span(StageId::Scan, &Escaped(path).to_string(), last, now);
         }
         ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
         let ok = match item {
@@ -88,11 +106,76 @@ pub(crate) fn scan_stage(
                     reason,
                 },
             ),
-            item @ ScanItem::Dicom(_) => tx.send(item).is_ok(),
+            ScanItem::NotStarted { path } => events.send(Event::FileNotStarted { path }).is_ok(),
+            // Probed as the cancel came: not started either.
+            ScanItem::Dicom(c) if ctx.cancel.load(Ordering::Relaxed) => {
+                events.send(Event::FileNotStarted { path: c.path }).is_ok()
+            }
+            ScanItem::Dicom(c) => match assign_output(ctx, c, &events) {
+                Some(c) => tx.send(ScanItem::Dicom(c)).is_ok(),
+                // Reported: the file failed, or is no image.
+                None => true,
+            },
         };
         last = Instant::now();
         ok
     });
+}
+
+/// Gives candidate `c` its output name, in scan order (the first input to want a name keeps
+/// it). When it cannot have one, the reason goes to the collector and `None` comes back.
+fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Option<Candidate> {
+    let base = match &ctx.job.output.naming {
+        Naming::Mirror => Ok(naming::mirror_base(&c.rel)),
+        Naming::Pattern(p) => {
+            // Names come from the header: read it now (the loader reads it again), so that
+            // the order of the scan, not the loaders' timing, decides who keeps a name.
+            let limits = DecodeLimits {
+                max_frame_bytes: ctx.job.pipeline.max_frame_bytes,
+            };
+            let values = catch_unwind(AssertUnwindSafe(|| {
+                crate::decode::naming_values(&c.path, c.kind.clone(), limits)
+            }))
+            .unwrap_or_else(|_| Err(DecodeError::Fail(panic_reason("reading the header"))));
+            values.map(|v| naming::expand_pattern(p, &with_path_values(&c, v)))
+        }
+    };
+    let event = match base {
+        Ok(base) => {
+            let full = ctx.job.output.dir.join(&base);
+            match ctx.outputs.reserve(&full, c.id, &c.path) {
+                Ok(()) => {
+                    c.base = Some(base);
+                    return Some(c);
+                }
+                Err(reason) => Event::FileFailed {
+                    id: Some(c.id),
+                    path: c.path.clone(),
+                    stage: Stage::Write,
+                    reason,
+                },
+            }
+        }
+        Err(DecodeError::Skip(reason)) => Event::Skipped {
+            path: c.path.clone(),
+            reason,
+        },
+        Err(DecodeError::Fail(reason)) => Event::FileFailed {
+            id: Some(c.id),
+            path: c.path.clone(),
+            stage: Stage::Decode,
+            reason,
+        },
+    };
+    match event {
+        e @ Event::Skipped { .. } => {
+            let _ = events.send(e);
+        }
+        e => {
+            let _ = send_failure(ctx, events, e);
+        }
+    }
+    None
 }
 
 pub(crate) fn load_stage(
@@ -287,20 +370,26 @@ pub(crate) fn shared_stage(
     }
 }
 
-/// Output path of every frame.
+/// Output path of every frame: the name the scan assigned (see [`assign_output`]).
 fn output_paths(ctx: &Context, c: &Candidate, info: &ImageInfo) -> Vec<PathBuf> {
     let ext = ctx.job.output.format.extension();
-    let base = match &ctx.job.output.naming {
-        Naming::Mirror => naming::mirror_base(&c.rel),
-        Naming::Pattern(p) => naming::expand_pattern(p, &naming_values(c, info)),
+    let base = match (&c.base, &ctx.job.output.naming) {
+        (Some(base), _) => base.clone(),
+        (None, Naming::Mirror) => naming::mirror_base(&c.rel),
+        (None, Naming::Pattern(p)) => {
+            naming::expand_pattern(p, &with_path_values(c, info.naming.clone()))
+        }
     };
     (0..info.frames)
         .map(|f| naming::frame_path(&ctx.job.output.dir, &base, info.frames, f, ext))
         .collect()
 }
 
-fn naming_values(c: &Candidate, info: &ImageInfo) -> std::collections::BTreeMap<String, String> {
-    let mut v = info.naming.clone();
+/// Header values for a naming pattern, with those that come from the path (`stem`, `dir`).
+fn with_path_values(
+    c: &Candidate,
+    mut v: std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
     let stem = naming::mirror_base(&c.rel);
     v.insert(
         "stem".into(),
@@ -393,24 +482,35 @@ fn load_file(
                 },
             );
         };
-        if let Some(other) = claim(ctx, &output) {
-            fail(
-                Stage::Write,
-                format!(
-                    "output {} is also the output of {}",
-                    output.display(),
-                    other.display()
-                ),
-            );
+        if let Err(reason) = ctx.outputs.claim(&output, info.frames, c.id, &c.path) {
+            fail(Stage::Write, reason);
             continue;
         }
-        if ctx.job.output.skip_existing && output.exists() {
-            let _ = events.send(Event::FrameExisting {
-                id: c.id,
-                frame,
-                output,
-            });
-            continue;
+        if ctx.job.output.skip_existing {
+            let channels = if info.photometric.is_gray() { 1 } else { 3 };
+            match check_existing(
+                &output,
+                ctx.job.output.format,
+                info.cols,
+                info.rows,
+                channels,
+            ) {
+                Ok(()) => {
+                    let _ = events.send(Event::FrameExisting {
+                        id: c.id,
+                        frame,
+                        output,
+                    });
+                    continue;
+                }
+                Err(why) if output.symlink_metadata().is_ok() => {
+                    tracing::info!(
+                        "{}: rendered again: the existing output is not a finished image ({why})",
+                        Escaped(&output)
+                    );
+                }
+                Err(_) => {} // not there: rendered
+            }
         }
         let plan = match plan_frame(&info, frame, &ctx.job.render) {
             Ok(p) => p,
@@ -456,12 +556,12 @@ fn load_file(
                 if f == 0 {
                     t.span(
                         StageId::ReadDecode,
-                        &format!("{} header", c.rel.display()),
+                        &format!("{} header", Escaped(&c.rel)),
                         t0,
                         t_wait,
                     );
                 }
-                let label = format!("{}#{}", c.rel.display(), frame + 1);
+                let label = format!("{}#{}", Escaped(&c.rel), frame + 1);
                 t.span(StageId::ReadDecode, &label, t_wait + waited, end);
                 label
             }
@@ -483,17 +583,6 @@ fn load_file(
             ctx.pool.give_back(job.slot);
             return;
         }
-    }
-}
-
-/// Claims an output path for this run; returns the input that already claimed it.
-fn claim(ctx: &Context, output: &Path) -> Option<PathBuf> {
-    let mut claimed = ctx.claimed.lock().ok()?;
-    if claimed.contains(output) {
-        Some(output.to_path_buf())
-    } else {
-        claimed.insert(output.to_path_buf());
-        None
     }
 }
 
@@ -691,8 +780,8 @@ impl Writer {
         let t1 = Instant::now();
         self.rec_encode.record(t1 - t0);
         let bytes = self.encoder.last();
-        if let Err(e) = atomic::write_atomic(&output, bytes) {
-            fail(Stage::Write, format!("{}: {e}", output.display()));
+        if let Err(e) = ctx.files.write(&output, bytes) {
+            fail(Stage::Write, format!("{}: {e}", Escaped(&output)));
             return;
         }
         let t2 = Instant::now();

@@ -8,26 +8,30 @@ use std::path::Path;
 use dicom_encoding::transfer_syntax::TransferSyntaxIndex;
 
 use dicomflow::decode::{probe, DecodeLimits, ImageFile};
+use dicomflow::paths::Escaped;
 use dicomflow::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
 
 /// Describes `path` as text; `opts` is the window choice to explain.
 pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
-    let kind = probe(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let kind = probe(path).map_err(|e| format!("{}: {e}", Escaped(path)))?;
     let file = ImageFile::open(
         path,
         kind,
+        // The run's default limit: what `run` would refuse, `inspect` refuses too (and a
+        // deflated data set is inflated whole here as well).
         DecodeLimits {
-            max_frame_bytes: u64::MAX,
+            max_frame_bytes: dicomflow::pipeline::options::PipelineOptions::default()
+                .max_frame_bytes,
         },
     )
-    .map_err(|e| format!("{}: {e}", path.display()))?;
+    .map_err(|e| format!("{}: {e}", Escaped(path)))?;
     let i = &file.info;
     let ts_name = dicom_transfer_syntax_registry::TransferSyntaxRegistry
         .get(&i.transfer_syntax)
         .map(|t| t.name().to_string())
         .unwrap_or_else(|| "unknown".into());
     let mut s = String::new();
-    let _ = writeln!(s, "file               {}", path.display());
+    let _ = writeln!(s, "file               {}", Escaped(path));
     let _ = writeln!(
         s,
         "transfer syntax    {} ({}){}",
@@ -213,11 +217,12 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
         },
     ) {
         Ok(text) => {
-            print!("{text}");
+            crate::app::print::out(&text)
+                .map_err(|e| FatalError::Other(format!("writing to stdout: {e}")))?;
             Ok(0)
         }
         Err(e) => {
-            eprintln!("dicomflow: {e}");
+            crate::app::print::errln(&format!("dicomflow: {e}"));
             Ok(1)
         }
     }

@@ -34,7 +34,7 @@ fn short_path(p: &Path) -> String {
         if i > 0 {
             s.push('/');
         }
-        s.push_str(&c.as_os_str().to_string_lossy());
+        s.push_str(&dicomflow::paths::escape(Path::new(c.as_os_str())));
     }
     s
 }

@@ -352,7 +352,9 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
     stats.add_gauge("slots in flight", Box::new(|| (1, 4)));
     stats.add_gauge("load → render", Box::new(|| (2, 8)));
     let cancel = Arc::new(AtomicBool::new(false));
-    let tracer = Arc::new(Tracer::new());
+    let dir = std::env::temp_dir().join(format!("dicomflow-supervise-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tracer = Arc::new(Tracer::create(&dir.join("t.json")).unwrap());
     let opts = Options {
         display: Display::Quiet,
         tick: Duration::from_millis(10),
@@ -365,9 +367,7 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
     });
     assert_eq!(r.unwrap(), 42);
     assert!(started.elapsed() < Duration::from_millis(1000));
-    let dir = std::env::temp_dir().join(format!("dicomflow-supervise-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    tracer.write(&dir.join("t.json")).unwrap();
+    tracer.finish().unwrap();
     let t: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("t.json")).unwrap()).unwrap();
     let counters: Vec<_> = t["traceEvents"]
