@@ -146,6 +146,9 @@ pub struct RunArgs {
     /// CUDA streams per device.
     #[arg(long)]
     pub streams: Option<i64>,
+    /// Compressed frames decoded on the GPU: lossless, all, none.
+    #[arg(long)]
+    pub gpu_decode: Option<String>,
     /// Show the live dashboard even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_tui")]
     pub tui: bool,
@@ -180,6 +183,7 @@ impl RunArgs {
         r.gpu.transfer = self.transfer.clone();
         r.gpu.gpus = self.gpus.clone().map(RawGpus::Word);
         r.gpu.streams = self.streams;
+        r.gpu.decode = self.gpu_decode.clone();
         r.dashboard.tui = if self.tui {
             Some("on".into())
         } else if self.no_tui {

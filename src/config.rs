@@ -83,6 +83,7 @@ pub struct RawGpu {
     pub release_threshold_mib: Option<i64>,
     pub kernel_cache: Option<PathBuf>,
     pub library_path: Option<PathBuf>,
+    pub decode: Option<String>,
 }
 
 /// A number, or the word "auto".
@@ -207,6 +208,31 @@ pub enum Transfer {
     Pageable,
 }
 
+/// Which compressed frames the GPU decodes (`gpu.decode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuDecode {
+    /// Only codestreams whose decoded values are identical on every conforming decoder (JPEG
+    /// lossless, reversible JPEG 2000): the output stays byte-identical to the CPU backend's.
+    Lossless,
+    /// Lossy codestreams too (JPEG baseline/extended, irreversible JPEG 2000): faster, but the
+    /// GPU codec's arithmetic may differ from the CPU decoders' (README: measured deviations).
+    All,
+    /// Every frame decodes on the CPU.
+    None,
+}
+
+impl GpuDecode {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuDecode::Lossless => "lossless",
+            GpuDecode::All => "all",
+            GpuDecode::None => "none",
+        }
+    }
+}
+
 /// How the pipeline's threads share its stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -288,6 +314,8 @@ pub struct Settings {
     pub kernel_cache: Option<PathBuf>,
     /// Folder searched first for NVIDIA's codec libraries (nvJPEG, nvJPEG2000, nvCOMP).
     pub library_path: Option<PathBuf>,
+    /// Which compressed frames the CUDA backend decodes on the GPU.
+    pub gpu_decode: GpuDecode,
     pub tui: TuiMode,
     pub tick_ms: u64,
     pub log_file: Option<PathBuf>,
@@ -324,6 +352,7 @@ impl Default for Settings {
             release_threshold_bytes: 256 << 20,
             kernel_cache: None,
             library_path: None,
+            gpu_decode: GpuDecode::Lossless,
             tui: TuiMode::Auto,
             tick_ms: 100,
             log_file: None,
@@ -618,6 +647,19 @@ impl Settings {
         }
         if let Some(v) = &g.library_path {
             self.library_path = nonempty_path(v);
+        }
+        if let Some(v) = &g.decode {
+            self.gpu_decode = one_of(
+                origin,
+                "gpu.decode",
+                v,
+                &[
+                    ("lossless", GpuDecode::Lossless),
+                    ("all", GpuDecode::All),
+                    ("none", GpuDecode::None),
+                ],
+                "use lossless, all or none",
+            )?;
         }
 
         let d = &raw.dashboard;

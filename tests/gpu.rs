@@ -131,6 +131,7 @@ fn plans() -> Vec<FramePlan> {
                         invert: n % 3 == 0,
                         pixels: rows as u64 * cols as u64,
                     }),
+                    encoded: None,
                 });
             }
         }
@@ -200,6 +201,7 @@ fn plans() -> Vec<FramePlan> {
                 planar,
                 subsampled,
             }),
+            encoded: None,
         });
     }
     v

@@ -258,6 +258,7 @@ fn gpu_panel_shows_devices_strategy_pools_and_split() {
         pinned_bytes: 32 << 20,
         pinned_alloc_ms: 12.0,
         frames_per_device: vec![125],
+        ..Default::default()
     });
     let all = render(&app(s), 100, 30).join("\n");
     assert!(all.contains(" GPU "), "{all}");

@@ -195,6 +195,9 @@ pub(crate) struct Context<'a> {
     pub pool: SlotPool,
     pub claimed: Mutex<HashSet<PathBuf>>,
     pub tracer: Option<Arc<Tracer>>,
+    /// Asked per file which compressed frames to leave compressed for the backend's GPU
+    /// codecs (it can change during a run: the warm start turns it on when CUDA is ready).
+    pub backend: Arc<dyn Backend>,
 }
 
 fn spawn_named<'scope, 'env>(
@@ -324,6 +327,7 @@ pub fn run(
         pool: pool.clone(),
         claimed: Mutex::new(HashSet::new()),
         tracer,
+        backend: backend.clone(),
     };
 
     let mut collector = Collector::new(settings.fail_fast, cancel.clone(), stats.clone());

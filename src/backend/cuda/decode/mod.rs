@@ -1,0 +1,236 @@
+//! GPU decode of compressed frames with NVIDIA's codec libraries, loaded at run time:
+//! nvJPEG2000 for JPEG 2000 and HTJ2K, nvJPEG for lossless JPEG (process 14) and for 8-bit
+//! baseline/extended JPEG. The loaders leave a frame compressed in its slot when the run's
+//! [`GpuRoute`] takes it; a render worker's [`FrameDecoder`] decodes it on the worker's stream
+//! into device memory, and the render kernels continue from there.
+//!
+//! [`Codecs`] is loaded once per backend: which libraries were found (where, which version),
+//! which codec families therefore go to the GPU under `gpu.decode`, and one line per missing
+//! library. A missing library turns off only its codecs.
+
+pub mod alloc;
+pub mod nvjpeg;
+pub mod nvjpeg2k;
+
+use std::sync::Arc;
+
+use super::driver::Stream;
+use crate::config::{GpuDecode, Settings};
+use crate::decode::compressed::{EncodedFrame, GpuCodec, GpuRoute};
+
+/// Why the GPU did not decode a frame (the CPU decoder takes it over).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The frame's parameters are outside what the library supports.
+    Unsupported(String),
+    /// The library refused or failed on this codestream (damaged, or a feature it lacks).
+    Rejected(String),
+    /// The device or the library could not be set up.
+    Device(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Unsupported(s) => write!(f, "not supported by the GPU codec: {s}"),
+            Failure::Rejected(s) => write!(f, "GPU codec: {s}"),
+            Failure::Device(s) => write!(f, "GPU codec unavailable: {s}"),
+        }
+    }
+}
+
+/// The decoded frame as the render kernels will read it: `components` samples per pixel of
+/// `bytes_per_sample` bytes each, interleaved, rows packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLayout {
+    pub cols: u32,
+    pub rows: u32,
+    pub components: u32,
+    pub bytes_per_sample: usize,
+}
+
+impl OutputLayout {
+    pub fn row_bytes(&self) -> usize {
+        self.cols as usize * self.components as usize * self.bytes_per_sample
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.row_bytes() * self.rows as usize
+    }
+}
+
+/// A codec library: loaded, or why not.
+type Loaded<T> = Result<Arc<T>, String>;
+
+/// The codec libraries of one backend and the policy that routes frames to them.
+pub struct Codecs {
+    policy: GpuDecode,
+    nvjpeg2k: Loaded<nvjpeg2k::Library>,
+    nvjpeg: Loaded<nvjpeg::Library>,
+}
+
+impl Codecs {
+    /// Loads the libraries `settings.gpu_decode` may use (none for `"none"`), searching
+    /// `gpu.library_path` first.
+    pub fn load(settings: &Settings) -> Codecs {
+        let configured = settings.library_path.as_deref();
+        let off = "gpu.decode = \"none\"".to_string();
+        let (nvjpeg2k, nvjpeg) = match settings.gpu_decode {
+            GpuDecode::None => (Err(off.clone()), Err(off)),
+            GpuDecode::Lossless | GpuDecode::All => (
+                nvjpeg2k::Library::load(configured),
+                nvjpeg::Library::load(configured),
+            ),
+        };
+        for (name, r) in [
+            ("nvJPEG2000", nvjpeg2k.as_ref().err()),
+            ("nvJPEG", nvjpeg.as_ref().err()),
+        ] {
+            if let (Some(why), false) = (r, settings.gpu_decode == GpuDecode::None) {
+                tracing::info!("{name} not loaded, its transfer syntaxes decode on the CPU: {why}");
+            }
+        }
+        Codecs {
+            policy: settings.gpu_decode,
+            nvjpeg2k,
+            nvjpeg,
+        }
+    }
+
+    /// Which frames the loaders leave compressed for the GPU.
+    pub fn route(&self) -> GpuRoute {
+        GpuRoute {
+            jpeg2000: self.nvjpeg2k.is_ok(),
+            jpeg_lossless: self.nvjpeg.is_ok(),
+            jpeg_dct: self.nvjpeg.is_ok(),
+            lossy: self.policy == GpuDecode::All,
+        }
+    }
+
+    /// The summary lines: per codec family, where it decodes and with which library.
+    pub fn describe(&self) -> Vec<String> {
+        let policy = self.policy.name();
+        if self.policy == GpuDecode::None {
+            return vec![format!(
+                "GPU decode off (gpu.decode = \"{policy}\"): compressed frames decode on the CPU"
+            )];
+        }
+        let route = self.route();
+        let lib = |l: &str, v: &str, p: &std::path::Path| format!("{l} {v} ({})", p.display());
+        let mut lines = Vec::new();
+        for codec in [GpuCodec::Jpeg2000, GpuCodec::JpegLossless, GpuCodec::JpegDct] {
+            let found = match codec {
+                GpuCodec::Jpeg2000 => self
+                    .nvjpeg2k
+                    .as_ref()
+                    .map(|l| lib("nvJPEG2000", &l.version, &l.path)),
+                _ => self
+                    .nvjpeg
+                    .as_ref()
+                    .map(|l| lib("nvJPEG", &l.version, &l.path)),
+            };
+            let what = format!("{} ({})", codec.name(), codec.syntaxes());
+            lines.push(match found {
+                Ok(lib) if route.codec(codec) => {
+                    let scope = match (codec, route.lossy) {
+                        (GpuCodec::JpegLossless, _) => " predictor 1, one component",
+                        (GpuCodec::Jpeg2000, false) => " reversible (lossless) codestreams",
+                        (GpuCodec::JpegDct, _) => " 8-bit",
+                        (GpuCodec::Jpeg2000, true) => "",
+                    };
+                    format!("{what}: GPU,{scope} with {lib}")
+                }
+                Ok(lib) => format!(
+                    "{what}: CPU (lossy; gpu.decode = \"{policy}\", \"all\" sends it to {lib})"
+                ),
+                Err(why) => format!("{what}: CPU ({why})"),
+            });
+        }
+        lines
+    }
+}
+
+/// How the decoded frame differs from the plan's layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoded {
+    /// Exactly the layout the loader's CPU decode would have produced.
+    AsPlanned,
+    /// Three planes (RR..GG..BB..) instead of interleaved samples.
+    Planar,
+}
+
+/// One render worker's decoders, created on the first frame of each codec.
+pub struct FrameDecoder {
+    codecs: Arc<Codecs>,
+    stream: Arc<Stream>,
+    j2k: Option<Result<nvjpeg2k::Decoder, String>>,
+    lossless: Option<Result<nvjpeg::LosslessDecoder, String>>,
+    dct: Option<nvjpeg::DctDecoder>,
+}
+
+impl FrameDecoder {
+    pub fn new(codecs: Arc<Codecs>, stream: Arc<Stream>) -> FrameDecoder {
+        FrameDecoder {
+            codecs,
+            stream,
+            j2k: None,
+            lossless: None,
+            dct: None,
+        }
+    }
+
+    /// Queues the decode of `frame` (its codestream is `bytes`) on the worker's stream into
+    /// `dst`, device memory of `frame.coding.decoded_bytes()` bytes.
+    pub fn decode(
+        &mut self,
+        frame: &EncodedFrame,
+        bytes: &[u8],
+        dst: u64,
+    ) -> Result<Decoded, Failure> {
+        let c = &frame.coding;
+        let want = OutputLayout {
+            cols: c.cols,
+            rows: c.rows,
+            components: c.samples_per_pixel as u32,
+            bytes_per_sample: c.bits_allocated as usize / 8,
+        };
+        let stream = &self.stream;
+        match c.codec {
+            GpuCodec::Jpeg2000 => {
+                let lib = self.codecs.nvjpeg2k.as_ref().map_err(|e| Failure::Device(e.clone()))?;
+                let d = self
+                    .j2k
+                    .get_or_insert_with(|| nvjpeg2k::Decoder::new(lib, stream))
+                    .as_mut()
+                    .map_err(|e| Failure::Device(e.clone()))?;
+                d.decode(bytes, &want, dst).map(|_| Decoded::AsPlanned)
+            }
+            GpuCodec::JpegLossless => {
+                let lib = self.codecs.nvjpeg.as_ref().map_err(|e| Failure::Device(e.clone()))?;
+                let d = self
+                    .lossless
+                    .get_or_insert_with(|| nvjpeg::LosslessDecoder::new(lib, stream))
+                    .as_mut()
+                    .map_err(|e| Failure::Device(e.clone()))?;
+                d.decode(bytes, &want, dst).map(|_| Decoded::AsPlanned)
+            }
+            GpuCodec::JpegDct => {
+                let lib = self.codecs.nvjpeg.as_ref().map_err(|e| Failure::Device(e.clone()))?;
+                let d = self
+                    .dct
+                    .get_or_insert_with(|| nvjpeg::DctDecoder::new(lib, stream));
+                match d.decode(bytes, &want, c.converts_ycbcr(), dst)? {
+                    nvjpeg::DctOutput::Planar => Ok(Decoded::Planar),
+                    nvjpeg::DctOutput::Gray | nvjpeg::DctOutput::RgbInterleaved => {
+                        Ok(Decoded::AsPlanned)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the hardware JPEG engines decoded the DCT frames so far.
+    pub fn dct_hardware(&self) -> bool {
+        self.dct.as_ref().is_some_and(|d| d.uses_hardware())
+    }
+}

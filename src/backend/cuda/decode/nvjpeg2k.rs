@@ -1,0 +1,368 @@
+//! nvJPEG2000 (`libnvjpeg2k.so.0`): the few calls dicomflow uses to decode one JPEG 2000 or
+//! HTJ2K codestream into device memory, looked up at run time (cudarc has no bindings; the
+//! declarations follow `nvjpeg2k.h` of nvJPEG2000 0.11). A library that lacks one of them is
+//! reported as unusable, with the missing name.
+
+use std::ffi::{c_int, c_void};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::alloc::{AllocContext, AllocatorV2};
+use super::{Failure, OutputLayout};
+use crate::backend::cuda::driver::Stream;
+use crate::backend::cuda::libs;
+
+type Status = c_int;
+type Handle = *mut c_void;
+type DecodeState = *mut c_void;
+type CodeStream = *mut c_void;
+type DecodeParams = *mut c_void;
+
+const SUCCESS: Status = 0;
+const BACKEND_DEFAULT: c_int = 0;
+/// `libraryPropertyType`: MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL.
+const PROPERTIES: [c_int; 3] = [0, 1, 2];
+/// `nvjpeg2kImageType_t`.
+const UINT8: c_int = 0;
+const UINT16: c_int = 1;
+const INT16: c_int = 2;
+/// `nvjpeg2kImageFormat_t`.
+const FORMAT_INTERLEAVED: c_int = 1;
+
+/// `nvjpeg2kImageInfo_t`.
+#[repr(C)]
+#[derive(Default)]
+struct ImageInfo {
+    image_width: u32,
+    image_height: u32,
+    tile_width: u32,
+    tile_height: u32,
+    num_tiles_x: u32,
+    num_tiles_y: u32,
+    num_components: u32,
+}
+
+/// `nvjpeg2kImageComponentInfo_t`.
+#[repr(C)]
+#[derive(Default)]
+struct ComponentInfo {
+    component_width: u32,
+    component_height: u32,
+    precision: u8,
+    sgn: u8,
+}
+
+/// `nvjpeg2kImage_t`.
+#[repr(C)]
+struct Image {
+    pixel_data: *mut *mut c_void,
+    pitch_in_bytes: *mut usize,
+    pixel_type: c_int,
+    num_components: u32,
+}
+
+/// The entry points, copied out of the library (valid while `Library` is loaded: the struct
+/// holding them keeps it).
+struct Fns {
+    get_property: unsafe extern "C" fn(c_int, *mut c_int) -> Status,
+    create_v2: unsafe extern "C" fn(c_int, *mut AllocatorV2, *mut AllocatorV2, *mut Handle) -> Status,
+    destroy: unsafe extern "C" fn(Handle) -> Status,
+    state_create: unsafe extern "C" fn(Handle, *mut DecodeState) -> Status,
+    state_destroy: unsafe extern "C" fn(DecodeState) -> Status,
+    stream_create: unsafe extern "C" fn(*mut CodeStream) -> Status,
+    stream_destroy: unsafe extern "C" fn(CodeStream) -> Status,
+    stream_parse:
+        unsafe extern "C" fn(Handle, *const u8, usize, c_int, c_int, CodeStream) -> Status,
+    image_info: unsafe extern "C" fn(CodeStream, *mut ImageInfo) -> Status,
+    component_info: unsafe extern "C" fn(CodeStream, *mut ComponentInfo, u32) -> Status,
+    params_create: unsafe extern "C" fn(*mut DecodeParams) -> Status,
+    params_destroy: unsafe extern "C" fn(DecodeParams) -> Status,
+    params_set_output_format: unsafe extern "C" fn(DecodeParams, c_int) -> Status,
+    decode_image: unsafe extern "C" fn(
+        Handle,
+        DecodeState,
+        CodeStream,
+        DecodeParams,
+        *mut Image,
+        *mut c_void,
+    ) -> Status,
+}
+
+/// The loaded library.
+pub struct Library {
+    fns: Fns,
+    /// Where it was found.
+    pub path: PathBuf,
+    /// `major.minor.patch` from `nvjpeg2kGetProperty`.
+    pub version: String,
+    _lib: libloading::Library,
+}
+
+/// Copies the function pointer `name` out of `lib`.
+///
+/// # Safety
+/// `T` must be the C signature of `name` (the declarations of `nvjpeg2k.h`).
+unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
+    // SAFETY: the caller guarantees the type; the pointer stays valid while `lib` is loaded,
+    // which the owning `Library` guarantees.
+    unsafe { lib.get::<T>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|_| format!("{name} missing (nvJPEG2000 older than 0.7?)"))
+}
+
+impl Library {
+    /// Finds and loads `libnvjpeg2k.so.0` (search order of [`libs`]).
+    pub fn load(configured: Option<&std::path::Path>) -> Result<Arc<Library>, String> {
+        let found = libs::open(&["libnvjpeg2k.so.0"], configured).map_err(|e| e.to_string())?;
+        let lib = found.library;
+        // SAFETY: each type below is the declaration of that function in nvjpeg2k.h (0.11).
+        let fns = unsafe {
+            Fns {
+                get_property: symbol(&lib, "nvjpeg2kGetProperty")?,
+                create_v2: symbol(&lib, "nvjpeg2kCreateV2")?,
+                destroy: symbol(&lib, "nvjpeg2kDestroy")?,
+                state_create: symbol(&lib, "nvjpeg2kDecodeStateCreate")?,
+                state_destroy: symbol(&lib, "nvjpeg2kDecodeStateDestroy")?,
+                stream_create: symbol(&lib, "nvjpeg2kStreamCreate")?,
+                stream_destroy: symbol(&lib, "nvjpeg2kStreamDestroy")?,
+                stream_parse: symbol(&lib, "nvjpeg2kStreamParse")?,
+                image_info: symbol(&lib, "nvjpeg2kStreamGetImageInfo")?,
+                component_info: symbol(&lib, "nvjpeg2kStreamGetImageComponentInfo")?,
+                params_create: symbol(&lib, "nvjpeg2kDecodeParamsCreate")?,
+                params_destroy: symbol(&lib, "nvjpeg2kDecodeParamsDestroy")?,
+                params_set_output_format: symbol(&lib, "nvjpeg2kDecodeParamsSetOutputFormat")?,
+                decode_image: symbol(&lib, "nvjpeg2kDecodeImage")?,
+            }
+        };
+        let mut v = [0; 3];
+        for (slot, prop) in v.iter_mut().zip(PROPERTIES) {
+            // SAFETY: valid out pointer; the call has no other precondition.
+            if unsafe { (fns.get_property)(prop, slot) } != SUCCESS {
+                *slot = -1;
+            }
+        }
+        Ok(Arc::new(Library {
+            fns,
+            path: found.path,
+            version: format!("{}.{}.{}", v[0], v[1], v[2]),
+            _lib: lib,
+        }))
+    }
+}
+
+/// Text for an `nvjpeg2kStatus_t`.
+fn status_name(s: Status) -> &'static str {
+    match s {
+        1 => "NOT_INITIALIZED",
+        2 => "INVALID_PARAMETER",
+        3 => "BAD_JPEG",
+        4 => "JPEG_NOT_SUPPORTED",
+        5 => "ALLOCATOR_FAILURE",
+        6 => "EXECUTION_FAILED",
+        7 => "ARCH_MISMATCH",
+        8 => "INTERNAL_ERROR",
+        9 => "IMPLEMENTATION_NOT_SUPPORTED",
+        _ => "unknown status",
+    }
+}
+
+fn check(call: &'static str, s: Status) -> Result<(), String> {
+    if s == SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{call}: {} ({s})", status_name(s)))
+    }
+}
+
+/// One worker's decoder: a library handle whose scratch comes from the worker's stream, a
+/// decode state, a parsed-codestream handle and decode parameters, all reused frame after
+/// frame (the state must not be shared between streams).
+pub struct Decoder {
+    lib: Arc<Library>,
+    handle: Handle,
+    state: DecodeState,
+    code: CodeStream,
+    params: DecodeParams,
+    stream: Arc<Stream>,
+    // Kept alive for the library, which holds pointers to them; dropped after the handle.
+    _device_alloc: Box<AllocatorV2>,
+    _pinned_alloc: Box<AllocatorV2>,
+    _alloc: Box<AllocContext>,
+}
+
+// SAFETY: the handles are used by one worker thread at a time (the decoder is owned by it and
+// moved with it); nvJPEG2000 handles are documented thread safe, states are per stream.
+unsafe impl Send for Decoder {}
+
+impl Decoder {
+    /// Creates a handle, state and codestream handle for `stream`'s worker.
+    pub fn new(lib: &Arc<Library>, stream: &Arc<Stream>) -> Result<Decoder, String> {
+        stream.device.bind().map_err(|e| e.to_string())?;
+        let alloc = AllocContext::new(stream);
+        let mut device_alloc = Box::new(AllocatorV2::device(&alloc));
+        let mut pinned_alloc = Box::new(AllocatorV2::pinned(&alloc));
+        let f = &lib.fns;
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: the allocator tables and their context live as long as the handle (fields of
+        // the Decoder, dropped after it); out pointer valid.
+        check("nvjpeg2kCreateV2", unsafe {
+            (f.create_v2)(
+                BACKEND_DEFAULT,
+                &mut *device_alloc,
+                &mut *pinned_alloc,
+                &mut handle,
+            )
+        })?;
+        // From here on, Drop releases whatever was created (null handles are skipped).
+        let mut d = Decoder {
+            lib: lib.clone(),
+            handle,
+            state: std::ptr::null_mut(),
+            code: std::ptr::null_mut(),
+            params: std::ptr::null_mut(),
+            stream: stream.clone(),
+            _device_alloc: device_alloc,
+            _pinned_alloc: pinned_alloc,
+            _alloc: alloc,
+        };
+        // SAFETY: handle is live; out pointers valid.
+        unsafe {
+            check(
+                "nvjpeg2kDecodeStateCreate",
+                (f.state_create)(d.handle, &mut d.state),
+            )?;
+            check("nvjpeg2kStreamCreate", (f.stream_create)(&mut d.code))?;
+            check("nvjpeg2kDecodeParamsCreate", (f.params_create)(&mut d.params))?;
+            check(
+                "nvjpeg2kDecodeParamsSetOutputFormat",
+                (f.params_set_output_format)(d.params, FORMAT_INTERLEAVED),
+            )?;
+        }
+        Ok(d)
+    }
+
+    /// Parses `data` (a JPEG 2000 or HTJ2K codestream in host memory) and queues its decode on
+    /// the worker's stream into `dst` (device memory of `want.bytes()` bytes), samples
+    /// interleaved, `want.bytes_per_sample` each. Parameters the frame's description does not
+    /// match, and streams the library rejects, are a [`Failure`] for the CPU to take over.
+    pub fn decode(&mut self, data: &[u8], want: &OutputLayout, dst: u64) -> Result<(), Failure> {
+        let f = &self.lib.fns;
+        self.stream
+            .device
+            .bind()
+            .map_err(|e| Failure::Device(e.to_string()))?;
+        // SAFETY: data is valid for its length during the call; the parsed handle keeps what it
+        // needs (the decode below reads it before `data` can change: the slot is held until the
+        // stream is synchronized).
+        check("nvjpeg2kStreamParse", unsafe {
+            (f.stream_parse)(self.handle, data.as_ptr(), data.len(), 0, 0, self.code)
+        })
+        .map_err(Failure::Rejected)?;
+        let mut info = ImageInfo::default();
+        // SAFETY: parsed handle, valid out pointer.
+        check("nvjpeg2kStreamGetImageInfo", unsafe {
+            (f.image_info)(self.code, &mut info)
+        })
+        .map_err(Failure::Rejected)?;
+        if (info.image_width, info.image_height, info.num_components)
+            != (want.cols, want.rows, want.components)
+        {
+            return Err(Failure::Unsupported(format!(
+                "codestream is {}x{}x{}, the header says {}x{}x{}",
+                info.image_width,
+                info.image_height,
+                info.num_components,
+                want.cols,
+                want.rows,
+                want.components
+            )));
+        }
+        let mut signed = None;
+        for c in 0..info.num_components {
+            let mut ci = ComponentInfo::default();
+            // SAFETY: c < num_components; valid out pointer.
+            check("nvjpeg2kStreamGetImageComponentInfo", unsafe {
+                (f.component_info)(self.code, &mut ci, c)
+            })
+            .map_err(Failure::Rejected)?;
+            if (ci.component_width, ci.component_height) != (info.image_width, info.image_height)
+            {
+                return Err(Failure::Unsupported(format!(
+                    "component {c} is subsampled ({}x{})",
+                    ci.component_width, ci.component_height
+                )));
+            }
+            if ci.precision == 0 || ci.precision as usize > 8 * want.bytes_per_sample {
+                return Err(Failure::Unsupported(format!(
+                    "component {c} has {} bits, the container {}",
+                    ci.precision,
+                    8 * want.bytes_per_sample
+                )));
+            }
+            if *signed.get_or_insert(ci.sgn != 0) != (ci.sgn != 0) {
+                return Err(Failure::Unsupported(
+                    "components differ in signedness".into(),
+                ));
+            }
+        }
+        // Signed samples come out as two's complement in the container, as the CPU decoder
+        // writes them; the render chain masks and sign-extends either way.
+        let pixel_type = match (want.bytes_per_sample, signed.unwrap_or(false)) {
+            (1, false) => UINT8,
+            (2, false) => UINT16,
+            (2, true) => INT16,
+            (b, s) => {
+                return Err(Failure::Unsupported(format!(
+                    "{}{}-bit output",
+                    if s { "signed " } else { "" },
+                    8 * b
+                )))
+            }
+        };
+        let mut plane = dst as *mut c_void;
+        let mut pitch = want.row_bytes();
+        let mut image = Image {
+            pixel_data: &mut plane,
+            pitch_in_bytes: &mut pitch,
+            pixel_type,
+            num_components: want.components,
+        };
+        // SAFETY: dst is device memory of want.bytes() = rows × pitch bytes; image and its
+        // arrays live for the call (the library copies the descriptors when queuing).
+        check("nvjpeg2kDecodeImage", unsafe {
+            (f.decode_image)(
+                self.handle,
+                self.state,
+                self.code,
+                self.params,
+                &mut image,
+                self.stream.raw() as *mut c_void,
+            )
+        })
+        .map_err(Failure::Rejected)
+    }
+}
+
+impl Drop for Decoder {
+    fn drop(&mut self) {
+        let f = &self.lib.fns;
+        let _ = self.stream.device.bind();
+        let _ = self.stream.synchronize();
+        // SAFETY: each handle was created by this decoder and is destroyed once, after the
+        // stream has finished every decode that used it; the handle goes last.
+        unsafe {
+            if !self.params.is_null() {
+                (f.params_destroy)(self.params);
+            }
+            if !self.code.is_null() {
+                (f.stream_destroy)(self.code);
+            }
+            if !self.state.is_null() {
+                (f.state_destroy)(self.state);
+            }
+            if !self.handle.is_null() {
+                (f.destroy)(self.handle);
+            }
+        }
+    }
+}
