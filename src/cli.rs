@@ -41,6 +41,28 @@ pub enum BenchCommand {
     Transfer(TransferArgs),
     /// PNG compression × filter: time and size per rendered phantom slice (best of N).
     Encode(EncodeArgs),
+    /// Compressed frames decoded by the CPU decoders and by the GPU codecs (nvJPEG2000,
+    /// nvJPEG): stored values and 8-bit renderings compared, time of each.
+    Decode(DecodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DecodeArgs {
+    /// Compressed DICOM files or folders.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Timed repetitions per frame (the best is kept).
+    #[arg(long, default_value_t = 5)]
+    pub iters: usize,
+    /// Frames per file at most.
+    #[arg(long, default_value_t = 4)]
+    pub max_frames: u32,
+    /// Folder searched first for the codec libraries (gpu.library_path).
+    #[arg(long)]
+    pub library_path: Option<PathBuf>,
+    /// GPU index.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
 }
 
 #[derive(Debug, Args)]

@@ -155,6 +155,19 @@ fn run(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError> {
             print!("{table}");
             Ok(0)
         }
+        Command::Bench(cli::BenchCommand::Decode(a)) => {
+            let opts = dicomflow::backend::cuda::decode::bench::DecodeBenchOptions {
+                inputs: a.inputs,
+                iters: a.iters,
+                max_frames: a.max_frames,
+                library_path: a.library_path,
+                device: a.device,
+            };
+            let table =
+                dicomflow::backend::cuda::decode::bench::run(&opts).map_err(FatalError::Backend)?;
+            print!("{table}");
+            Ok(0)
+        }
         Command::Bench(cli::BenchCommand::Encode(a)) => {
             let table =
                 dicomflow::bench::encode_table(&a.sizes, a.iters).map_err(FatalError::Other)?;

@@ -268,7 +268,9 @@ fn inspect_jpeg(coding: &FrameCoding, data: &[u8]) -> Result<StreamFacts, String
             unsupported: Some(why),
         })
     };
-    if (h.cols, h.rows, h.sampling.len()) != (coding.cols, coding.rows, coding.samples_per_pixel as usize) {
+    if (h.cols, h.rows, h.sampling.len())
+        != (coding.cols, coding.rows, coding.samples_per_pixel as usize)
+    {
         return unsupported(format!(
             "frame header says {}x{}x{}, the DICOM header {}x{}x{}",
             h.cols,
@@ -568,11 +570,26 @@ mod tests {
 
     #[test]
     fn transfer_syntaxes_map_to_gpu_codecs() {
-        assert_eq!(GpuCodec::of("1.2.840.10008.1.2.4.90"), Some(GpuCodec::Jpeg2000));
-        assert_eq!(GpuCodec::of("1.2.840.10008.1.2.4.203"), Some(GpuCodec::Jpeg2000));
-        assert_eq!(GpuCodec::of("1.2.840.10008.1.2.4.70"), Some(GpuCodec::JpegLossless));
-        assert_eq!(GpuCodec::of("1.2.840.10008.1.2.4.57"), Some(GpuCodec::JpegLossless));
-        assert_eq!(GpuCodec::of("1.2.840.10008.1.2.4.50"), Some(GpuCodec::JpegDct));
+        assert_eq!(
+            GpuCodec::of("1.2.840.10008.1.2.4.90"),
+            Some(GpuCodec::Jpeg2000)
+        );
+        assert_eq!(
+            GpuCodec::of("1.2.840.10008.1.2.4.203"),
+            Some(GpuCodec::Jpeg2000)
+        );
+        assert_eq!(
+            GpuCodec::of("1.2.840.10008.1.2.4.70"),
+            Some(GpuCodec::JpegLossless)
+        );
+        assert_eq!(
+            GpuCodec::of("1.2.840.10008.1.2.4.57"),
+            Some(GpuCodec::JpegLossless)
+        );
+        assert_eq!(
+            GpuCodec::of("1.2.840.10008.1.2.4.50"),
+            Some(GpuCodec::JpegDct)
+        );
         assert_eq!(GpuCodec::of("1.2.840.10008.1.2.4.80"), None);
         assert_eq!(GpuCodec::of("1.2.840.10008.1.2.1"), None);
     }
@@ -581,7 +598,13 @@ mod tests {
     fn jpeg_lossless_predictor_1_goes_to_the_gpu_others_stay() {
         let c = coding("1.2.840.10008.1.2.4.70", 64, 32, 1, 16);
         let sv1 = inspect(&c, &jpeg(0xc3, 12, 64, 32, &[0x11], 1, 0));
-        assert_eq!(sv1, StreamFacts { lossless: true, unsupported: None });
+        assert_eq!(
+            sv1,
+            StreamFacts {
+                lossless: true,
+                unsupported: None
+            }
+        );
         let sv6 = inspect(&c, &jpeg(0xc3, 12, 64, 32, &[0x11], 6, 0));
         assert!(sv6.lossless);
         assert!(sv6.unsupported.unwrap().contains("predictor 6"));
@@ -598,7 +621,13 @@ mod tests {
     fn jpeg_dct_is_lossy_and_8_bit_only() {
         let c = coding("1.2.840.10008.1.2.4.50", 16, 16, 1, 8);
         let base = inspect(&c, &jpeg(0xc0, 8, 16, 16, &[0x11], 0, 0));
-        assert_eq!(base, StreamFacts { lossless: false, unsupported: None });
+        assert_eq!(
+            base,
+            StreamFacts {
+                lossless: false,
+                unsupported: None
+            }
+        );
         let c12 = coding("1.2.840.10008.1.2.4.51", 16, 16, 1, 16);
         let ext = inspect(&c12, &jpeg(0xc1, 12, 16, 16, &[0x11], 0, 0));
         assert!(ext.unsupported.unwrap().contains("12-bit"));
@@ -615,9 +644,21 @@ mod tests {
     fn jpeg2000_reversible_unquantized_is_lossless() {
         let c = coding("1.2.840.10008.1.2.4.91", 64, 32, 1, 16);
         let rev = inspect(&c, &j2k(64, 32, &[(12, true)], 1, 0));
-        assert_eq!(rev, StreamFacts { lossless: true, unsupported: None });
+        assert_eq!(
+            rev,
+            StreamFacts {
+                lossless: true,
+                unsupported: None
+            }
+        );
         let irr = inspect(&c, &j2k(64, 32, &[(12, true)], 0, 2));
-        assert_eq!(irr, StreamFacts { lossless: false, unsupported: None });
+        assert_eq!(
+            irr,
+            StreamFacts {
+                lossless: false,
+                unsupported: None
+            }
+        );
         let deep = inspect(&c, &j2k(64, 32, &[(17, false)], 1, 0));
         assert!(deep.unsupported.unwrap().contains("17-bit"));
         let wrong = inspect(&c, &j2k(32, 32, &[(12, false)], 1, 0));
@@ -630,8 +671,14 @@ mod tests {
 
     #[test]
     fn the_route_follows_the_policy() {
-        let lossless = StreamFacts { lossless: true, unsupported: None };
-        let lossy = StreamFacts { lossless: false, unsupported: None };
+        let lossless = StreamFacts {
+            lossless: true,
+            unsupported: None,
+        };
+        let lossy = StreamFacts {
+            lossless: false,
+            unsupported: None,
+        };
         let mut r = GpuRoute {
             jpeg2000: true,
             jpeg_lossless: true,
@@ -639,10 +686,15 @@ mod tests {
             lossy: false,
         };
         assert!(r.accepts(GpuCodec::Jpeg2000, &lossless).is_ok());
-        assert!(r.accepts(GpuCodec::Jpeg2000, &lossy).unwrap_err().contains("lossy"));
+        assert!(r
+            .accepts(GpuCodec::Jpeg2000, &lossy)
+            .unwrap_err()
+            .contains("lossy"));
         assert!(r.accepts(GpuCodec::JpegDct, &lossy).is_err());
         r.lossy = true;
         assert!(r.accepts(GpuCodec::JpegDct, &lossy).is_ok());
-        assert!(GpuRoute::NONE.accepts(GpuCodec::Jpeg2000, &lossless).is_err());
+        assert!(GpuRoute::NONE
+            .accepts(GpuCodec::Jpeg2000, &lossless)
+            .is_err());
     }
 }

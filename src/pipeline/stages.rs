@@ -447,7 +447,9 @@ fn load_file(
         let started = if f == 0 { t0 } else { t_read };
         if let Some(e) = encoded {
             // The codestream is in `scratch` (encoded_frame above); the GPU decodes it.
-            slot.input.bytes_mut(e.len).copy_from_slice(&scratch[..e.len]);
+            slot.input
+                .bytes_mut(e.len)
+                .copy_from_slice(&scratch[..e.len]);
             plan.encoded = Some(e);
         } else if let Err(reason) =
             file.read_frame(frame, slot.input.bytes_mut(frame_bytes), scratch)

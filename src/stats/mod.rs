@@ -228,7 +228,7 @@ pub struct Totals {
 /// Everything the stages publish.
 pub struct Stats {
     start: Instant,
-    stages: [StageSlot; 7],
+    stages: [StageSlot; StageId::ALL.len()],
     latency: StageSlot,
     pub totals: Totals,
     gauges: Mutex<Vec<(String, Gauge)>>,

@@ -9,6 +9,7 @@
 //! library. A missing library turns off only its codecs.
 
 pub mod alloc;
+pub mod bench;
 pub mod nvjpeg;
 pub mod nvjpeg2k;
 
@@ -118,7 +119,11 @@ impl Codecs {
         let route = self.route();
         let lib = |l: &str, v: &str, p: &std::path::Path| format!("{l} {v} ({})", p.display());
         let mut lines = Vec::new();
-        for codec in [GpuCodec::Jpeg2000, GpuCodec::JpegLossless, GpuCodec::JpegDct] {
+        for codec in [
+            GpuCodec::Jpeg2000,
+            GpuCodec::JpegLossless,
+            GpuCodec::JpegDct,
+        ] {
             let found = match codec {
                 GpuCodec::Jpeg2000 => self
                     .nvjpeg2k
@@ -197,7 +202,11 @@ impl FrameDecoder {
         let stream = &self.stream;
         match c.codec {
             GpuCodec::Jpeg2000 => {
-                let lib = self.codecs.nvjpeg2k.as_ref().map_err(|e| Failure::Device(e.clone()))?;
+                let lib = self
+                    .codecs
+                    .nvjpeg2k
+                    .as_ref()
+                    .map_err(|e| Failure::Device(e.clone()))?;
                 let d = self
                     .j2k
                     .get_or_insert_with(|| nvjpeg2k::Decoder::new(lib, stream))
@@ -206,7 +215,11 @@ impl FrameDecoder {
                 d.decode(bytes, &want, dst).map(|_| Decoded::AsPlanned)
             }
             GpuCodec::JpegLossless => {
-                let lib = self.codecs.nvjpeg.as_ref().map_err(|e| Failure::Device(e.clone()))?;
+                let lib = self
+                    .codecs
+                    .nvjpeg
+                    .as_ref()
+                    .map_err(|e| Failure::Device(e.clone()))?;
                 let d = self
                     .lossless
                     .get_or_insert_with(|| nvjpeg::LosslessDecoder::new(lib, stream))
@@ -215,7 +228,11 @@ impl FrameDecoder {
                 d.decode(bytes, &want, dst).map(|_| Decoded::AsPlanned)
             }
             GpuCodec::JpegDct => {
-                let lib = self.codecs.nvjpeg.as_ref().map_err(|e| Failure::Device(e.clone()))?;
+                let lib = self
+                    .codecs
+                    .nvjpeg
+                    .as_ref()
+                    .map_err(|e| Failure::Device(e.clone()))?;
                 let d = self
                     .dct
                     .get_or_insert_with(|| nvjpeg::DctDecoder::new(lib, stream));

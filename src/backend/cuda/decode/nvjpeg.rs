@@ -337,7 +337,12 @@ impl Session {
     }
 
     /// Queues the decode of `data` as a batch of one into `out`.
-    fn decode_batched(&mut self, data: &[u8], format: c_int, out: &mut Image) -> Result<(), Failure> {
+    fn decode_batched(
+        &mut self,
+        data: &[u8],
+        format: c_int,
+        out: &mut Image,
+    ) -> Result<(), Failure> {
         let f = &self.lib.fns;
         if self.batched_format != Some(format) {
             // SAFETY: live handle and state.
@@ -370,7 +375,12 @@ impl Session {
     }
 
     /// Queues a single-image decode of `data` into `out` (default/hybrid backend).
-    fn decode_single(&mut self, data: &[u8], format: c_int, out: &mut Image) -> Result<(), Failure> {
+    fn decode_single(
+        &mut self,
+        data: &[u8],
+        format: c_int,
+        out: &mut Image,
+    ) -> Result<(), Failure> {
         // SAFETY: as decode_batched.
         check("nvjpegDecode", unsafe {
             (self.lib.fns.decode)(
@@ -558,7 +568,9 @@ impl DctDecoder {
             }
         }
         if want.bytes_per_sample != 1 {
-            return Err(Failure::Unsupported("DCT output into a 16-bit container".into()));
+            return Err(Failure::Unsupported(
+                "DCT output into a 16-bit container".into(),
+            ));
         }
         if let Some(hw) = self.hardware.as_mut() {
             let h = hw.header(data)?;

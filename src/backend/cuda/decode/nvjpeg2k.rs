@@ -65,7 +65,8 @@ struct Image {
 /// holding them keeps it).
 struct Fns {
     get_property: unsafe extern "C" fn(c_int, *mut c_int) -> Status,
-    create_v2: unsafe extern "C" fn(c_int, *mut AllocatorV2, *mut AllocatorV2, *mut Handle) -> Status,
+    create_v2:
+        unsafe extern "C" fn(c_int, *mut AllocatorV2, *mut AllocatorV2, *mut Handle) -> Status,
     destroy: unsafe extern "C" fn(Handle) -> Status,
     state_create: unsafe extern "C" fn(Handle, *mut DecodeState) -> Status,
     state_destroy: unsafe extern "C" fn(DecodeState) -> Status,
@@ -232,7 +233,10 @@ impl Decoder {
                 (f.state_create)(d.handle, &mut d.state),
             )?;
             check("nvjpeg2kStreamCreate", (f.stream_create)(&mut d.code))?;
-            check("nvjpeg2kDecodeParamsCreate", (f.params_create)(&mut d.params))?;
+            check(
+                "nvjpeg2kDecodeParamsCreate",
+                (f.params_create)(&mut d.params),
+            )?;
             check(
                 "nvjpeg2kDecodeParamsSetOutputFormat",
                 (f.params_set_output_format)(d.params, FORMAT_INTERLEAVED),
@@ -285,8 +289,7 @@ impl Decoder {
                 (f.component_info)(self.code, &mut ci, c)
             })
             .map_err(Failure::Rejected)?;
-            if (ci.component_width, ci.component_height) != (info.image_width, info.image_height)
-            {
+            if (ci.component_width, ci.component_height) != (info.image_width, info.image_height) {
                 return Err(Failure::Unsupported(format!(
                     "component {c} is subsampled ({}x{})",
                     ci.component_width, ci.component_height
