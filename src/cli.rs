@@ -63,6 +63,9 @@ pub struct DecodeArgs {
     /// GPU index.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// Row pitch alignment (bytes) of lossless JPEG output; 0 = the production default.
+    #[arg(long, default_value_t = 0)]
+    pub lossless_pitch_align: usize,
 }
 
 #[derive(Debug, Args)]

@@ -162,6 +162,7 @@ fn run(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError> {
                 max_frames: a.max_frames,
                 library_path: a.library_path,
                 device: a.device,
+                lossless_pitch_align: a.lossless_pitch_align,
             };
             let table =
                 dicomflow::backend::cuda::decode::bench::run(&opts).map_err(FatalError::Backend)?;

@@ -124,19 +124,35 @@ pub struct StreamFacts {
     pub unsupported: Option<String>,
 }
 
-/// Reads the header of one frame's codestream.
+/// Reads the header of one frame's codestream, and checks that it ends with its end marker.
 pub fn inspect(coding: &FrameCoding, bytes: &[u8]) -> StreamFacts {
     let result = match coding.codec {
         GpuCodec::Jpeg2000 => inspect_j2k(coding, bytes),
         GpuCodec::JpegLossless | GpuCodec::JpegDct => inspect_jpeg(coding, bytes),
     };
     match result {
+        // A truncated codestream makes the CPU decoders fail (as DCMTK does), while the GPU
+        // codecs may return whatever they decoded: it stays with the CPU, which reports it.
+        Ok(facts) if facts.unsupported.is_none() && !ends_with_end_marker(bytes) => StreamFacts {
+            lossless: facts.lossless,
+            unsupported: Some("no end-of-image marker at the end of the frame (truncated?)".into()),
+        },
         Ok(facts) => facts,
         Err(why) => StreamFacts {
             lossless: false,
             unsupported: Some(why),
         },
     }
+}
+
+/// True when the codestream ends with EOI / EOC (both 0xFFD9), ignoring the zero padding that
+/// makes DICOM fragments even.
+fn ends_with_end_marker(bytes: &[u8]) -> bool {
+    let mut end = bytes.len();
+    while end > 0 && bytes[end - 1] == 0 && bytes.len() - end < 2 {
+        end -= 1;
+    }
+    end >= 2 && bytes[end - 2..end] == [0xff, 0xd9]
 }
 
 /// Which codecs the backend decodes on the GPU, and whether lossy frames go there too.
@@ -547,6 +563,7 @@ mod tests {
             v.extend([i as u8 + 1, 0]);
         }
         v.extend([ss, 0, al]);
+        v.extend([0x12, 0x34, 0xff, 0xd9]);
         v
     }
 
@@ -564,7 +581,8 @@ mod tests {
         }
         v.extend([0xff, 0x52, 0, 12, 0, 0, 0, 1, 0, 5, 4, 4, 0, transform]);
         v.extend([0xff, 0x5c, 0, 4, qstyle, 0x40]);
-        v.extend([0xff, 0x90, 0, 10]);
+        v.extend([0xff, 0x90, 0, 10, 0, 0, 0, 0, 0, 0, 0, 1]);
+        v.extend([0xff, 0x93, 0x12, 0xff, 0xd9]);
         v
     }
 
@@ -667,6 +685,22 @@ mod tests {
         assert!(garbage.unsupported.unwrap().contains("SOC"));
         let truncated = inspect(&c, &j2k(64, 32, &[(12, false)], 1, 0)[..20]);
         assert!(truncated.unsupported.unwrap().contains("truncated"));
+    }
+
+    #[test]
+    fn codestreams_without_their_end_marker_stay_on_the_cpu() {
+        let c = coding("1.2.840.10008.1.2.4.90", 64, 32, 1, 16);
+        let full = j2k(64, 32, &[(12, false)], 1, 0);
+        assert_eq!(inspect(&c, &full).unsupported, None);
+        let mut padded = full.clone();
+        padded.push(0);
+        assert_eq!(inspect(&c, &padded).unsupported, None);
+        let cut = inspect(&c, &full[..full.len() - 1]);
+        assert!(cut.unsupported.unwrap().contains("end-of-image"));
+        let l = coding("1.2.840.10008.1.2.4.70", 64, 32, 1, 16);
+        let jpeg = jpeg(0xc3, 12, 64, 32, &[0x11], 1, 0);
+        assert_eq!(inspect(&l, &jpeg).unsupported, None);
+        assert!(inspect(&l, &jpeg[..jpeg.len() - 3]).unsupported.is_some());
     }
 
     #[test]

@@ -379,6 +379,33 @@ pub unsafe fn copy_dtoh_async(
     })
 }
 
+/// Copies `rows` rows of `width` bytes between device buffers of different pitches, on a stream.
+pub fn copy_2d_dtod_async(
+    dst: u64,
+    dst_pitch: usize,
+    src: u64,
+    src_pitch: usize,
+    width: usize,
+    rows: usize,
+    stream: &Stream,
+) -> Result<(), CudaError> {
+    // SAFETY: all-zero is a valid CUDA_MEMCPY2D (null pointers, 0 sizes) before it is filled.
+    let mut c: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+    c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = src;
+    c.srcPitch = src_pitch;
+    c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = dst;
+    c.dstPitch = dst_pitch;
+    c.WidthInBytes = width;
+    c.Height = rows;
+    // SAFETY: both buffers hold `rows` rows at their pitches (caller's invariant); the descriptor
+    // is read during the call.
+    check("cuMemcpy2DAsync", unsafe {
+        sys::cuMemcpy2DAsync_v2(&c, stream.raw())
+    })
+}
+
 /// Zeroes `count` 32-bit words on a stream.
 pub fn memset_u32_async(dst: u64, count: usize, stream: &Stream) -> Result<(), CudaError> {
     // SAFETY: dst is a device allocation of at least count words (caller's invariant).

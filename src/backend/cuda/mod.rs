@@ -316,7 +316,8 @@ impl CudaBackend {
             Transfer::Pinned => Some(Strategy::Pinned),
             Transfer::Pageable => Some(Strategy::Pageable),
         };
-        let codecs = Arc::new(decode::Codecs::load(settings));
+        let codecs = Arc::new(decode::Codecs::load(settings, devices.len()));
+        codecs.prewarm(&devices);
         for line in codecs.describe() {
             tracing::info!("decode: {line}");
         }

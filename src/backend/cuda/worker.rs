@@ -658,7 +658,11 @@ impl CudaWorker {
         let dst = driver::ensure_buffer(&mut self.dev_decoded, &self.stream, bytes)
             .map_err(|e| e.to_string())?;
         let decoder = self.decoder.get_or_insert_with(|| {
-            FrameDecoder::new(self.shared.codecs.clone(), self.stream.clone())
+            FrameDecoder::new(
+                self.shared.codecs.clone(),
+                self.device_slot,
+                self.stream.clone(),
+            )
         });
         self.ev_decode[0]
             .record(&self.stream)

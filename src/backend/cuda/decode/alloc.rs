@@ -1,33 +1,35 @@
-//! The memory the codec libraries ask for, handed out by the stream-ordered allocator of the
-//! worker that owns the library handle: device scratch from `cuMemAllocAsync` on the worker's
-//! stream (the pool whose release threshold the backend sets, so scratch is reused across
-//! frames instead of going back to the driver), staging buffers from `cuMemHostAlloc`.
+//! The memory the codec libraries ask for. Device scratch requested during a decode comes from
+//! the stream-ordered allocator (`cuMemAllocAsync` on the decode's stream, the pool whose
+//! release threshold the backend sets, so scratch is reused across frames instead of going back
+//! to the driver); staging buffers from `cuMemHostAlloc`.
 //!
 //! nvJPEG and nvJPEG2000 take the same "V2" allocator shape: `malloc(ctx, &ptr, size, stream)`
-//! and `free(ctx, ptr, size, stream)`, returning 0 on success. A null `stream` (allocations made
-//! while a handle or state is created) means the worker's own stream here, so that every
-//! allocation and free is ordered with the work that uses it.
+//! and `free(ctx, ptr, size, stream)`, returning 0 on success. A null `stream` (allocations
+//! made while a handle or state is created, frees when it is destroyed) is ordered with nothing
+//! the workers queue, so those allocations are synchronous (`cuMemAlloc`, remembered here) and
+//! those frees wait for the device first.
 
+use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
-use crate::backend::cuda::driver::{Device, Stream};
+use crate::backend::cuda::driver::Device;
 
-/// What the callbacks need: the device whose context must be current, and the stream that
-/// orders the allocations. Boxed and kept alive by the library handle's owner for as long as
-/// the handle exists (the libraries keep the raw pointer).
+/// What the callbacks need: the device whose context must be current, and the allocations made
+/// outside any stream. Boxed and kept alive by the handle's owner for as long as the handle
+/// exists (the libraries keep the raw pointer).
 pub struct AllocContext {
     device: Arc<Device>,
-    stream: Arc<Stream>,
+    synchronous: Mutex<HashSet<u64>>,
 }
 
 impl AllocContext {
-    pub fn new(stream: &Arc<Stream>) -> Box<AllocContext> {
+    pub fn new(device: &Arc<Device>) -> Box<AllocContext> {
         Box::new(AllocContext {
-            device: stream.device.clone(),
-            stream: stream.clone(),
+            device: device.clone(),
+            synchronous: Mutex::new(HashSet::new()),
         })
     }
 
@@ -37,16 +39,7 @@ impl AllocContext {
     }
 }
 
-/// The stream to order an allocation on: the caller's, or the worker's when none is given.
-fn stream_of(ctx: &AllocContext, stream: *mut c_void) -> sys::CUstream {
-    if stream.is_null() {
-        ctx.stream.raw()
-    } else {
-        stream as sys::CUstream
-    }
-}
-
-/// Device memory from the worker's stream-ordered pool.
+/// Device memory: from the stream-ordered pool on `stream`, or synchronously without one.
 ///
 /// # Safety
 /// Called by the codec libraries only: `ctx` is the [`AllocContext`] given at handle creation
@@ -67,8 +60,22 @@ pub unsafe extern "C" fn device_malloc(
         return 1;
     }
     let mut dptr: sys::CUdeviceptr = 0;
-    // SAFETY: out pointer valid; the stream belongs to the bound context.
-    let r = unsafe { sys::cuMemAllocAsync(&mut dptr, size.max(1), stream_of(ctx, stream)) };
+    let r = if stream.is_null() {
+        // SAFETY: out pointer valid, context current.
+        let r = unsafe { sys::cuMemAlloc_v2(&mut dptr, size.max(1)) };
+        if r == sys::CUresult::CUDA_SUCCESS {
+            match ctx.synchronous.lock() {
+                Ok(mut set) => {
+                    set.insert(dptr);
+                }
+                Err(_) => return 1,
+            }
+        }
+        r
+    } else {
+        // SAFETY: out pointer valid; the stream belongs to the bound context.
+        unsafe { sys::cuMemAllocAsync(&mut dptr, size.max(1), stream as sys::CUstream) }
+    };
     if r != sys::CUresult::CUDA_SUCCESS {
         return 1;
     }
@@ -98,8 +105,25 @@ pub unsafe extern "C" fn device_free(
     if ctx.device.bind().is_err() {
         return 1;
     }
-    // SAFETY: ptr came from cuMemAllocAsync in device_malloc; freed once, stream-ordered.
-    let r = unsafe { sys::cuMemFreeAsync(ptr as sys::CUdeviceptr, stream_of(ctx, stream)) };
+    let dptr = ptr as sys::CUdeviceptr;
+    let synchronous = match ctx.synchronous.lock() {
+        Ok(mut set) => set.remove(&dptr),
+        Err(_) => return 1,
+    };
+    let r = if synchronous {
+        // SAFETY: allocated by cuMemAlloc in device_malloc, freed once (cuMemFree waits for the
+        // work that may use it).
+        unsafe { sys::cuMemFree_v2(dptr) }
+    } else if stream.is_null() {
+        // SAFETY: no stream to order the free with: wait for everything, then free.
+        unsafe {
+            sys::cuCtxSynchronize();
+            sys::cuMemFreeAsync(dptr, std::ptr::null_mut())
+        }
+    } else {
+        // SAFETY: ptr came from cuMemAllocAsync in device_malloc; freed once, stream-ordered.
+        unsafe { sys::cuMemFreeAsync(dptr, stream as sys::CUstream) }
+    };
     (r != sys::CUresult::CUDA_SUCCESS) as c_int
 }
 
@@ -154,8 +178,14 @@ pub unsafe extern "C" fn pinned_free(
     if ctx.device.bind().is_err() {
         return 1;
     }
-    // SAFETY: the stream is live (the worker's, or the caller's); waiting is always sound.
-    unsafe { sys::cuStreamSynchronize(stream_of(ctx, stream)) };
+    // SAFETY: the caller's stream is live; without one, wait for the whole device.
+    unsafe {
+        if stream.is_null() {
+            sys::cuCtxSynchronize();
+        } else {
+            sys::cuStreamSynchronize(stream as sys::CUstream);
+        }
+    }
     // SAFETY: ptr came from cuMemHostAlloc in pinned_malloc and is freed once.
     let r = unsafe { sys::cuMemFreeHost(ptr) };
     (r != sys::CUresult::CUDA_SUCCESS) as c_int

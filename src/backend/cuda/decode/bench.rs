@@ -32,6 +32,8 @@ pub struct DecodeBenchOptions {
     /// Folder searched first for the codec libraries.
     pub library_path: Option<PathBuf>,
     pub device: usize,
+    /// Row pitch alignment of lossless JPEG output (bytes; 0 = the production default).
+    pub lossless_pitch_align: usize,
 }
 
 /// One frame's comparison.
@@ -43,6 +45,8 @@ struct Row {
     refused: Option<String>,
     samples: usize,
     differing: usize,
+    /// (row, column) of the first differing sample.
+    first: Option<(usize, usize)>,
     max_stored: i64,
     pixels_differing: usize,
     max_8bit: i32,
@@ -86,7 +90,11 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
         ..Settings::default()
     };
     let mut out = String::new();
-    let codecs = Arc::new(Codecs::load(&settings));
+    let mut codecs = Codecs::load(&settings, 1);
+    if opts.lossless_pitch_align > 0 {
+        codecs.set_lossless_pitch_align(opts.lossless_pitch_align);
+    }
+    let codecs = Arc::new(codecs);
     for line in codecs.describe() {
         let _ = writeln!(out, "# {line}");
     }
@@ -105,7 +113,10 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
         Event::new(&device).map_err(|e| e.to_string())?,
         Event::new(&device).map_err(|e| e.to_string())?,
     ];
-    let mut decoder = FrameDecoder::new(codecs.clone(), stream.clone());
+    let mut decoder = FrameDecoder::new(codecs.clone(), 0, stream.clone());
+    // First use of each codec: handle creation, a worker's first frame, a second worker's.
+    let mut startup: Vec<String> = Vec::new();
+    let mut started: std::collections::HashSet<&'static str> = Default::default();
     let render = RenderOptions {
         window: WindowSpec::Default,
         voi_function: None,
@@ -165,6 +176,7 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
                 refused: facts.unsupported.clone(),
                 samples: bytes / (info.bits_allocated as usize / 8),
                 differing: 0,
+                first: None,
                 max_stored: 0,
                 pixels_differing: 0,
                 max_8bit: 0,
@@ -181,6 +193,43 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
                 continue;
             }
             let dst = driver::ensure_buffer(&mut dev, &stream, bytes).map_err(|e| e.to_string())?;
+            if started.insert(coding.codec.name()) {
+                let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+                let t = Instant::now();
+                let handle = match coding.codec {
+                    compressed::GpuCodec::Jpeg2000 => codecs
+                        .j2k_handle(0, &device)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
+                    compressed::GpuCodec::JpegLossless => codecs
+                        .lossless_handle(0, &device)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
+                    compressed::GpuCodec::JpegDct => Ok(()),
+                };
+                let handle_ms = ms(t);
+                let t = Instant::now();
+                let first = decoder
+                    .decode(&encoded, &code, dst)
+                    .map(|_| stream.synchronize());
+                let first_ms = ms(t);
+                let stream2 = Stream::new(&device).map_err(|e| e.to_string())?;
+                let mut second = FrameDecoder::new(codecs.clone(), 0, stream2.clone());
+                let t = Instant::now();
+                let again = second
+                    .decode(&encoded, &code, dst)
+                    .map(|_| stream2.synchronize());
+                let second_ms = ms(t);
+                startup.push(format!(
+                    "# startup {}: handle {handle_ms:.1} ms{}; first frame of a worker {first_ms:.1} ms{}; \
+                     of a second worker {second_ms:.1} ms{}",
+                    coding.codec.name(),
+                    handle.err().map(|e| format!(" ({e})")).unwrap_or_default(),
+                    first.err().map(|e| format!(" ({e})")).unwrap_or_default(),
+                    again.err().map(|e| format!(" ({e})")).unwrap_or_default(),
+                ));
+                drop(second);
+            }
             let mut layout = Decoded::AsPlanned;
             let mut gpu_ms = f64::INFINITY;
             for _ in 0..opts.iters.max(1) {
@@ -226,6 +275,9 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
                     sample(&gpu_vals, width, info.signed, i),
                 );
                 if a != b {
+                    let px = i / coding.samples_per_pixel as usize;
+                    row.first
+                        .get_or_insert((px / info.cols as usize, px % info.cols as usize));
                     row.differing += 1;
                     row.max_stored = row.max_stored.max((a - b).abs());
                 }
@@ -252,14 +304,18 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
         "# DCT frames on the hardware JPEG engines: {}",
         if decoder.dct_hardware() { "yes" } else { "no" }
     );
+    for line in &startup {
+        let _ = writeln!(out, "{line}");
+    }
     let _ = writeln!(
         out,
-        "{:<28} {:<22} {:>8} {:>9} {:>10} {:>6} {:>9} {:>6} {:>8} {:>8}  note",
+        "{:<28} {:<22} {:>8} {:>9} {:>10} {:>9} {:>6} {:>9} {:>6} {:>8} {:>8}  note",
         "frame",
         "codec",
         "lossless",
         "samples",
         "differing",
+        "first Δ",
         "max|Δ|",
         "8-bit Δpx",
         "max|Δ|",
@@ -269,12 +325,15 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
     for r in &rows {
         let _ = writeln!(
             out,
-            "{:<28} {:<22} {:>8} {:>9} {:>10} {:>6} {:>9} {:>6} {:>8.3} {:>8.3}  {}",
+            "{:<28} {:<22} {:>8} {:>9} {:>10} {:>9} {:>6} {:>9} {:>6} {:>8.3} {:>8.3}  {}",
             r.name,
             r.codec,
             if r.lossless { "yes" } else { "no" },
             r.samples,
             r.differing,
+            r.first
+                .map(|(y, x)| format!("{y},{x}"))
+                .unwrap_or_else(|| "-".into()),
             r.max_stored,
             r.pixels_differing,
             r.max_8bit,

@@ -13,11 +13,15 @@ pub mod bench;
 pub mod nvjpeg;
 pub mod nvjpeg2k;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use super::driver::Stream;
+use super::driver::{Device, Stream};
 use crate::config::{GpuDecode, Settings};
 use crate::decode::compressed::{EncodedFrame, GpuCodec, GpuRoute};
+
+/// Row pitch alignment of lossless JPEG output: 1 = rows packed, straight into the frame's
+/// buffer.
+const LOSSLESS_PITCH_ALIGN: usize = 1;
 
 /// Why the GPU did not decode a frame (the CPU decoder takes it over).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,20 +64,34 @@ impl OutputLayout {
     }
 }
 
-/// A codec library: loaded, or why not.
+/// A codec library (or handle): loaded, or why not.
 type Loaded<T> = Result<Arc<T>, String>;
 
-/// The codec libraries of one backend and the policy that routes frames to them.
+/// The library handles of one device, created on first use (or by [`Codecs::prewarm`]) and
+/// shared by the device's workers.
+#[derive(Default)]
+struct DeviceHandles {
+    j2k: OnceLock<Loaded<nvjpeg2k::Handle>>,
+    lossless: OnceLock<Loaded<nvjpeg::Handle>>,
+    hardware: OnceLock<Loaded<nvjpeg::Handle>>,
+    dct_default: OnceLock<Loaded<nvjpeg::Handle>>,
+}
+
+/// The codec libraries of one backend, their handles per device, and the policy that routes
+/// frames to them.
 pub struct Codecs {
     policy: GpuDecode,
     nvjpeg2k: Loaded<nvjpeg2k::Library>,
     nvjpeg: Loaded<nvjpeg::Library>,
+    devices: Vec<DeviceHandles>,
+    /// Pitch alignment of lossless JPEG output rows (see nvjpeg::LosslessDecoder).
+    lossless_pitch_align: usize,
 }
 
 impl Codecs {
     /// Loads the libraries `settings.gpu_decode` may use (none for `"none"`), searching
-    /// `gpu.library_path` first.
-    pub fn load(settings: &Settings) -> Codecs {
+    /// `gpu.library_path` first, for a backend with `devices` GPUs.
+    pub fn load(settings: &Settings, devices: usize) -> Codecs {
         let configured = settings.library_path.as_deref();
         let off = "gpu.decode = \"none\"".to_string();
         let (nvjpeg2k, nvjpeg) = match settings.gpu_decode {
@@ -95,6 +113,103 @@ impl Codecs {
             policy: settings.gpu_decode,
             nvjpeg2k,
             nvjpeg,
+            devices: (0..devices).map(|_| DeviceHandles::default()).collect(),
+            lossless_pitch_align: LOSSLESS_PITCH_ALIGN,
+        }
+    }
+
+    /// Sets the row pitch alignment of lossless JPEG output (`bench decode` compares values).
+    pub fn set_lossless_pitch_align(&mut self, bytes: usize) {
+        self.lossless_pitch_align = bytes.max(1);
+    }
+
+    fn handles(&self, slot: usize) -> Result<&DeviceHandles, Failure> {
+        self.devices
+            .get(slot)
+            .ok_or_else(|| Failure::Device(format!("no codec handles for device slot {slot}")))
+    }
+
+    /// The nvJPEG2000 handle of device slot `slot` (created on first use).
+    pub fn j2k_handle(
+        &self,
+        slot: usize,
+        device: &Arc<Device>,
+    ) -> Result<Arc<nvjpeg2k::Handle>, Failure> {
+        let lib = self
+            .nvjpeg2k
+            .as_ref()
+            .map_err(|e| Failure::Device(e.clone()))?;
+        self.handles(slot)?
+            .j2k
+            .get_or_init(|| nvjpeg2k::Handle::new(lib, device))
+            .clone()
+            .map_err(Failure::Device)
+    }
+
+    /// The nvJPEG lossless handle of device slot `slot`.
+    pub fn lossless_handle(
+        &self,
+        slot: usize,
+        device: &Arc<Device>,
+    ) -> Result<Arc<nvjpeg::Handle>, Failure> {
+        let lib = self
+            .nvjpeg
+            .as_ref()
+            .map_err(|e| Failure::Device(e.clone()))?;
+        self.handles(slot)?
+            .lossless
+            .get_or_init(|| nvjpeg::Handle::lossless(lib, device))
+            .clone()
+            .map_err(Failure::Device)
+    }
+
+    /// The nvJPEG handles for DCT frames of device slot `slot`: the hardware engines' (if this
+    /// GPU has them) and the default backend's.
+    fn dct_handles(
+        &self,
+        slot: usize,
+        device: &Arc<Device>,
+    ) -> Result<(Option<Arc<nvjpeg::Handle>>, Loaded<nvjpeg::Handle>), Failure> {
+        let lib = self
+            .nvjpeg
+            .as_ref()
+            .map_err(|e| Failure::Device(e.clone()))?;
+        let h = self.handles(slot)?;
+        let hw = h
+            .hardware
+            .get_or_init(|| nvjpeg::Handle::hardware(lib, device))
+            .clone()
+            .ok();
+        let sw = h
+            .dct_default
+            .get_or_init(|| nvjpeg::Handle::default_backend(lib, device))
+            .clone();
+        Ok((hw, sw))
+    }
+
+    /// Creates the JPEG 2000 and lossless JPEG handles of every device now, on a background
+    /// thread, so that the first compressed frames do not wait for them (creating a handle
+    /// starts the library's CUDA runtime; workers that need one meanwhile wait for it).
+    pub fn prewarm(self: &Arc<Self>, devices: &[Arc<Device>]) {
+        if self.policy == GpuDecode::None || (self.nvjpeg2k.is_err() && self.nvjpeg.is_err()) {
+            return;
+        }
+        let (codecs, devices) = (self.clone(), devices.to_vec());
+        let spawned = std::thread::Builder::new()
+            .name("codec-init".into())
+            .spawn(move || {
+                let t = std::time::Instant::now();
+                for (slot, d) in devices.iter().enumerate() {
+                    let _ = codecs.j2k_handle(slot, d);
+                    let _ = codecs.lossless_handle(slot, d);
+                }
+                tracing::info!(
+                    "codec handles ready in {:.0} ms",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+            });
+        if let Err(e) = spawned {
+            tracing::debug!("codec handles will be created on first use: {e}");
         }
     }
 
@@ -164,19 +279,23 @@ pub enum Decoded {
     Planar,
 }
 
-/// One render worker's decoders, created on the first frame of each codec.
+/// One render worker's decoders (states on the device's shared handles), created on the first
+/// frame of each codec.
 pub struct FrameDecoder {
     codecs: Arc<Codecs>,
+    /// Index of the worker's device among the backend's devices.
+    slot: usize,
     stream: Arc<Stream>,
-    j2k: Option<Result<nvjpeg2k::Decoder, String>>,
-    lossless: Option<Result<nvjpeg::LosslessDecoder, String>>,
-    dct: Option<nvjpeg::DctDecoder>,
+    j2k: Option<Result<nvjpeg2k::Decoder, Failure>>,
+    lossless: Option<Result<nvjpeg::LosslessDecoder, Failure>>,
+    dct: Option<Result<nvjpeg::DctDecoder, Failure>>,
 }
 
 impl FrameDecoder {
-    pub fn new(codecs: Arc<Codecs>, stream: Arc<Stream>) -> FrameDecoder {
+    pub fn new(codecs: Arc<Codecs>, slot: usize, stream: Arc<Stream>) -> FrameDecoder {
         FrameDecoder {
             codecs,
+            slot,
             stream,
             j2k: None,
             lossless: None,
@@ -199,43 +318,41 @@ impl FrameDecoder {
             components: c.samples_per_pixel as u32,
             bytes_per_sample: c.bits_allocated as usize / 8,
         };
-        let stream = &self.stream;
+        let (codecs, slot, stream) = (&self.codecs, self.slot, &self.stream);
+        let device = &stream.device;
         match c.codec {
             GpuCodec::Jpeg2000 => {
-                let lib = self
-                    .codecs
-                    .nvjpeg2k
-                    .as_ref()
-                    .map_err(|e| Failure::Device(e.clone()))?;
                 let d = self
                     .j2k
-                    .get_or_insert_with(|| nvjpeg2k::Decoder::new(lib, stream))
+                    .get_or_insert_with(|| {
+                        let h = codecs.j2k_handle(slot, device)?;
+                        nvjpeg2k::Decoder::new(&h, stream).map_err(Failure::Device)
+                    })
                     .as_mut()
-                    .map_err(|e| Failure::Device(e.clone()))?;
+                    .map_err(|e| e.clone())?;
                 d.decode(bytes, &want, dst).map(|_| Decoded::AsPlanned)
             }
             GpuCodec::JpegLossless => {
-                let lib = self
-                    .codecs
-                    .nvjpeg
-                    .as_ref()
-                    .map_err(|e| Failure::Device(e.clone()))?;
                 let d = self
                     .lossless
-                    .get_or_insert_with(|| nvjpeg::LosslessDecoder::new(lib, stream))
+                    .get_or_insert_with(|| {
+                        let h = codecs.lossless_handle(slot, device)?;
+                        nvjpeg::LosslessDecoder::new(&h, stream, codecs.lossless_pitch_align)
+                            .map_err(Failure::Device)
+                    })
                     .as_mut()
-                    .map_err(|e| Failure::Device(e.clone()))?;
+                    .map_err(|e| e.clone())?;
                 d.decode(bytes, &want, dst).map(|_| Decoded::AsPlanned)
             }
             GpuCodec::JpegDct => {
-                let lib = self
-                    .codecs
-                    .nvjpeg
-                    .as_ref()
-                    .map_err(|e| Failure::Device(e.clone()))?;
                 let d = self
                     .dct
-                    .get_or_insert_with(|| nvjpeg::DctDecoder::new(lib, stream));
+                    .get_or_insert_with(|| {
+                        let (hw, sw) = codecs.dct_handles(slot, device)?;
+                        Ok(nvjpeg::DctDecoder::new(hw, sw, stream))
+                    })
+                    .as_mut()
+                    .map_err(|e| e.clone())?;
                 match d.decode(bytes, &want, c.converts_ycbcr(), dst)? {
                     nvjpeg::DctOutput::Planar => Ok(Decoded::Planar),
                     nvjpeg::DctOutput::Gray | nvjpeg::DctOutput::RgbInterleaved => {
@@ -248,6 +365,6 @@ impl FrameDecoder {
 
     /// Whether the hardware JPEG engines decoded the DCT frames so far.
     pub fn dct_hardware(&self) -> bool {
-        self.dct.as_ref().is_some_and(|d| d.uses_hardware())
+        matches!(&self.dct, Some(Ok(d)) if d.uses_hardware())
     }
 }

@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use super::alloc::{AllocContext, AllocatorV2};
 use super::{Failure, OutputLayout};
-use crate::backend::cuda::driver::Stream;
+use crate::backend::cuda::driver::{self, Device, DeviceBuffer, Stream};
 use crate::backend::cuda::libs;
 
 type Status = c_int;
-type Handle = *mut c_void;
+type RawHandle = *mut c_void;
 type JpegState = *mut c_void;
 type JpegStream = *mut c_void;
 
@@ -67,24 +67,24 @@ struct Fns {
         *mut AllocatorV2,
         *mut AllocatorV2,
         c_uint,
-        *mut Handle,
+        *mut RawHandle,
     ) -> Status,
-    destroy: unsafe extern "C" fn(Handle) -> Status,
-    state_create: unsafe extern "C" fn(Handle, *mut JpegState) -> Status,
+    destroy: unsafe extern "C" fn(RawHandle) -> Status,
+    state_create: unsafe extern "C" fn(RawHandle, *mut JpegState) -> Status,
     state_destroy: unsafe extern "C" fn(JpegState) -> Status,
-    stream_create: unsafe extern "C" fn(Handle, *mut JpegStream) -> Status,
+    stream_create: unsafe extern "C" fn(RawHandle, *mut JpegStream) -> Status,
     stream_destroy: unsafe extern "C" fn(JpegStream) -> Status,
-    parse_header: unsafe extern "C" fn(Handle, *const u8, usize, JpegStream) -> Status,
+    parse_header: unsafe extern "C" fn(RawHandle, *const u8, usize, JpegStream) -> Status,
     encoding: unsafe extern "C" fn(JpegStream, *mut c_int) -> Status,
     frame_dimensions: unsafe extern "C" fn(JpegStream, *mut c_uint, *mut c_uint) -> Status,
     components: unsafe extern "C" fn(JpegStream, *mut c_uint) -> Status,
     component_dimensions:
         unsafe extern "C" fn(JpegStream, c_uint, *mut c_uint, *mut c_uint) -> Status,
     precision: unsafe extern "C" fn(JpegStream, *mut c_uint) -> Status,
-    batched_supported: unsafe extern "C" fn(Handle, JpegStream, *mut c_int) -> Status,
-    batched_initialize: unsafe extern "C" fn(Handle, JpegState, c_int, c_int, c_int) -> Status,
+    batched_supported: unsafe extern "C" fn(RawHandle, JpegStream, *mut c_int) -> Status,
+    batched_initialize: unsafe extern "C" fn(RawHandle, JpegState, c_int, c_int, c_int) -> Status,
     decode_batched: unsafe extern "C" fn(
-        Handle,
+        RawHandle,
         JpegState,
         *const *const u8,
         *const usize,
@@ -92,7 +92,7 @@ struct Fns {
         *mut c_void,
     ) -> Status,
     decode: unsafe extern "C" fn(
-        Handle,
+        RawHandle,
         JpegState,
         *const u8,
         usize,
@@ -202,69 +202,118 @@ struct Header {
     full_resolution: bool,
 }
 
-/// A handle of one backend with its state and parsed-stream handle, for one worker's stream.
-struct Session {
+/// A library handle of one backend for one device, shared by its workers (nvJPEG handles are
+/// thread safe); its allocators hand out the device's memory (alloc.rs).
+pub struct Handle {
     lib: Arc<Library>,
-    handle: Handle,
+    raw: RawHandle,
+    device: Arc<Device>,
+    _device_alloc: Box<AllocatorV2>,
+    _pinned_alloc: Box<AllocatorV2>,
+    _alloc: Box<AllocContext>,
+}
+
+// SAFETY: nvJPEG documents the library handle as thread safe; the allocator context it points
+// to is Sync.
+unsafe impl Send for Handle {}
+// SAFETY: as above.
+unsafe impl Sync for Handle {}
+
+impl Handle {
+    fn new(
+        lib: &Arc<Library>,
+        device: &Arc<Device>,
+        backend: c_int,
+        flags: c_uint,
+    ) -> Result<Arc<Handle>, String> {
+        device.bind().map_err(|e| e.to_string())?;
+        let alloc = AllocContext::new(device);
+        let mut device_alloc = Box::new(AllocatorV2::device(&alloc));
+        let mut pinned_alloc = Box::new(AllocatorV2::pinned(&alloc));
+        let mut raw: RawHandle = std::ptr::null_mut();
+        // SAFETY: the allocator tables and their context outlive the handle (fields dropped after
+        // it is destroyed); out pointer valid.
+        check("nvjpegCreateExV2", unsafe {
+            (lib.fns.create_ex_v2)(
+                backend,
+                &mut *device_alloc,
+                &mut *pinned_alloc,
+                flags,
+                &mut raw,
+            )
+        })?;
+        Ok(Arc::new(Handle {
+            lib: lib.clone(),
+            raw,
+            device: device.clone(),
+            _device_alloc: device_alloc,
+            _pinned_alloc: pinned_alloc,
+            _alloc: alloc,
+        }))
+    }
+
+    /// The lossless JPEG backend.
+    pub fn lossless(lib: &Arc<Library>, device: &Arc<Device>) -> Result<Arc<Handle>, String> {
+        Handle::new(lib, device, BACKEND_LOSSLESS_JPEG, 0)
+    }
+
+    /// The hardware JPEG engines (fails on GPUs without them).
+    pub fn hardware(lib: &Arc<Library>, device: &Arc<Device>) -> Result<Arc<Handle>, String> {
+        Handle::new(lib, device, BACKEND_HARDWARE, FLAGS_HW_DECODE_NO_PIPELINE)
+    }
+
+    /// The default (hybrid CPU/GPU) DCT backend.
+    pub fn default_backend(
+        lib: &Arc<Library>,
+        device: &Arc<Device>,
+    ) -> Result<Arc<Handle>, String> {
+        Handle::new(lib, device, BACKEND_DEFAULT, 0)
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = self.device.bind();
+        // SAFETY: created in Handle::new, destroyed once, after every session holding it.
+        unsafe { (self.lib.fns.destroy)(self.raw) };
+    }
+}
+
+/// A decode state and parsed-stream handle on a shared handle, for one worker's stream.
+struct Session {
+    handle: Arc<Handle>,
     state: JpegState,
     jstream: JpegStream,
     stream: Arc<Stream>,
     /// The output format `nvjpegDecodeBatchedInitialize` was last called with (batch of one);
     /// `None` before the first batched decode and after a failed one.
     batched_format: Option<c_int>,
-    _device_alloc: Box<AllocatorV2>,
-    _pinned_alloc: Box<AllocatorV2>,
-    _alloc: Box<AllocContext>,
 }
 
-// SAFETY: a session is owned and used by one worker thread at a time; nvJPEG handles are thread
-// safe and its states are used on one stream only.
+// SAFETY: a session is owned and used by one worker thread at a time; its state is used on one
+// stream only.
 unsafe impl Send for Session {}
 
 impl Session {
-    fn new(
-        lib: &Arc<Library>,
-        stream: &Arc<Stream>,
-        backend: c_int,
-        flags: c_uint,
-    ) -> Result<Session, String> {
+    fn new(handle: &Arc<Handle>, stream: &Arc<Stream>) -> Result<Session, String> {
         stream.device.bind().map_err(|e| e.to_string())?;
-        let alloc = AllocContext::new(stream);
-        let mut device_alloc = Box::new(AllocatorV2::device(&alloc));
-        let mut pinned_alloc = Box::new(AllocatorV2::pinned(&alloc));
-        let f = &lib.fns;
-        let mut handle: Handle = std::ptr::null_mut();
-        // SAFETY: the allocator tables and their context outlive the handle (fields dropped after
-        // it); out pointer valid.
-        check("nvjpegCreateExV2", unsafe {
-            (f.create_ex_v2)(
-                backend,
-                &mut *device_alloc,
-                &mut *pinned_alloc,
-                flags,
-                &mut handle,
-            )
-        })?;
+        let f = &handle.lib.fns;
         let mut s = Session {
-            lib: lib.clone(),
-            handle,
+            handle: handle.clone(),
             state: std::ptr::null_mut(),
             jstream: std::ptr::null_mut(),
             stream: stream.clone(),
             batched_format: None,
-            _device_alloc: device_alloc,
-            _pinned_alloc: pinned_alloc,
-            _alloc: alloc,
         };
         // SAFETY: live handle; valid out pointers.
         unsafe {
             check(
                 "nvjpegJpegStateCreate",
-                (f.state_create)(s.handle, &mut s.state),
+                (f.state_create)(handle.raw, &mut s.state),
             )?;
             check(
                 "nvjpegJpegStreamCreate",
-                (f.stream_create)(s.handle, &mut s.jstream),
+                (f.stream_create)(handle.raw, &mut s.jstream),
             )?;
         }
         Ok(s)
@@ -272,12 +321,12 @@ impl Session {
 
     /// Parses the frame header of `data` and reads what the decode needs.
     fn header(&mut self, data: &[u8]) -> Result<Header, Failure> {
-        let f = &self.lib.fns;
+        let f = &self.handle.lib.fns;
         let rejected = Failure::Rejected;
         // SAFETY: data valid for its length during the call; the stream handle copies what it
         // keeps.
         check("nvjpegJpegStreamParseHeader", unsafe {
-            (f.parse_header)(self.handle, data.as_ptr(), data.len(), self.jstream)
+            (f.parse_header)(self.handle.raw, data.as_ptr(), data.len(), self.jstream)
         })
         .map_err(rejected)?;
         let (mut encoding, mut w, mut h, mut n, mut p) = (0, 0, 0, 0, 0);
@@ -329,7 +378,7 @@ impl Session {
         let mut unsupported: c_int = 1;
         // SAFETY: live handle and parsed stream; valid out pointer.
         check("nvjpegDecodeBatchedSupported", unsafe {
-            (self.lib.fns.batched_supported)(self.handle, self.jstream, &mut unsupported)
+            (self.handle.lib.fns.batched_supported)(self.handle.raw, self.jstream, &mut unsupported)
         })
         .map_err(Failure::Rejected)?;
         // 0 means "supported".
@@ -343,11 +392,11 @@ impl Session {
         format: c_int,
         out: &mut Image,
     ) -> Result<(), Failure> {
-        let f = &self.lib.fns;
+        let f = &self.handle.lib.fns;
         if self.batched_format != Some(format) {
             // SAFETY: live handle and state.
             check("nvjpegDecodeBatchedInitialize", unsafe {
-                (f.batched_initialize)(self.handle, self.state, 1, 1, format)
+                (f.batched_initialize)(self.handle.raw, self.state, 1, 1, format)
             })
             .map_err(Failure::Rejected)?;
             self.batched_format = Some(format);
@@ -359,7 +408,7 @@ impl Session {
         // caller checked against the header.
         let r = check("nvjpegDecodeBatched", unsafe {
             (f.decode_batched)(
-                self.handle,
+                self.handle.raw,
                 self.state,
                 ptrs.as_ptr(),
                 lens.as_ptr(),
@@ -383,8 +432,8 @@ impl Session {
     ) -> Result<(), Failure> {
         // SAFETY: as decode_batched.
         check("nvjpegDecode", unsafe {
-            (self.lib.fns.decode)(
-                self.handle,
+            (self.handle.lib.fns.decode)(
+                self.handle.raw,
                 self.state,
                 data.as_ptr(),
                 data.len(),
@@ -399,20 +448,17 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let f = &self.lib.fns;
+        let f = &self.handle.lib.fns;
         let _ = self.stream.device.bind();
         let _ = self.stream.synchronize();
-        // SAFETY: created by this session, destroyed once after the stream finished with them;
-        // the handle last.
+        // SAFETY: created by this session, destroyed once after the stream finished with them
+        // (the shared handle outlives them: we hold an Arc).
         unsafe {
             if !self.jstream.is_null() {
                 (f.stream_destroy)(self.jstream);
             }
             if !self.state.is_null() {
                 (f.state_destroy)(self.state);
-            }
-            if !self.handle.is_null() {
-                (f.destroy)(self.handle);
             }
         }
     }
@@ -431,12 +477,22 @@ fn check_dimensions(h: &Header, want: &OutputLayout) -> Result<(), Failure> {
 /// Lossless JPEG (process 14) for one worker.
 pub struct LosslessDecoder {
     session: Session,
+    /// Rows are decoded with a pitch that is a multiple of this many bytes, into `pitched`,
+    /// then packed into the destination (1: straight into the destination).
+    pitch_align: usize,
+    pitched: Option<DeviceBuffer>,
 }
 
 impl LosslessDecoder {
-    pub fn new(lib: &Arc<Library>, stream: &Arc<Stream>) -> Result<LosslessDecoder, String> {
+    pub fn new(
+        handle: &Arc<Handle>,
+        stream: &Arc<Stream>,
+        pitch_align: usize,
+    ) -> Result<LosslessDecoder, String> {
         Ok(LosslessDecoder {
-            session: Session::new(lib, stream, BACKEND_LOSSLESS_JPEG, 0)?,
+            session: Session::new(handle, stream)?,
+            pitch_align: pitch_align.max(1),
+            pitched: None,
         })
     }
 
@@ -444,8 +500,8 @@ impl LosslessDecoder {
     /// `want.bytes()`), 16-bit samples interleaved: the library's only output for this
     /// backend, so `want.bytes_per_sample` must be 2.
     pub fn decode(&mut self, data: &[u8], want: &OutputLayout, dst: u64) -> Result<(), Failure> {
-        self.session
-            .stream
+        let stream = self.session.stream.clone();
+        stream
             .device
             .bind()
             .map_err(|e| Failure::Device(e.to_string()))?;
@@ -471,11 +527,31 @@ impl LosslessDecoder {
                     .into(),
             ));
         }
+        let row = want.row_bytes();
+        let pitch = row.div_ceil(self.pitch_align) * self.pitch_align;
         let mut out = Image::empty();
-        out.channel[0] = dst as *mut u8;
-        out.pitch[0] = want.row_bytes();
+        out.channel[0] = if pitch == row {
+            dst as *mut u8
+        } else {
+            driver::ensure_buffer(&mut self.pitched, &stream, pitch * want.rows as usize)
+                .map_err(|e| Failure::Device(e.to_string()))? as *mut u8
+        };
+        out.pitch[0] = pitch;
         self.session
-            .decode_batched(data, OUTPUT_UNCHANGEDI_U16, &mut out)
+            .decode_batched(data, OUTPUT_UNCHANGEDI_U16, &mut out)?;
+        if pitch != row {
+            driver::copy_2d_dtod_async(
+                dst,
+                row,
+                out.channel[0] as u64,
+                pitch,
+                row,
+                want.rows as usize,
+                &stream,
+            )
+            .map_err(|e| Failure::Device(e.to_string()))?;
+        }
+        Ok(())
     }
 }
 
@@ -493,28 +569,32 @@ pub enum DctOutput {
 /// Baseline/extended 8-bit DCT JPEG for one worker: the hardware engines when the GPU has them
 /// and the frame suits them, the default backend otherwise.
 pub struct DctDecoder {
-    lib: Arc<Library>,
     stream: Arc<Stream>,
-    /// `None` once creating it failed (no engines on this GPU).
-    hardware: Option<Session>,
-    hardware_tried: bool,
-    default: Option<Session>,
+    /// The hardware backend's handle (`None` on GPUs without engines) and this worker's session.
+    hardware: Option<Arc<Handle>>,
+    hardware_session: Option<Session>,
+    default: Result<Arc<Handle>, String>,
+    default_session: Option<Session>,
 }
 
 impl DctDecoder {
-    pub fn new(lib: &Arc<Library>, stream: &Arc<Stream>) -> DctDecoder {
+    pub fn new(
+        hardware: Option<Arc<Handle>>,
+        default: Result<Arc<Handle>, String>,
+        stream: &Arc<Stream>,
+    ) -> DctDecoder {
         DctDecoder {
-            lib: lib.clone(),
             stream: stream.clone(),
-            hardware: None,
-            hardware_tried: false,
-            default: None,
+            hardware,
+            hardware_session: None,
+            default,
+            default_session: None,
         }
     }
 
-    /// Whether the hardware engines are in use (after the first frame).
+    /// Whether the hardware engines decoded frames.
     pub fn uses_hardware(&self) -> bool {
-        self.hardware.is_some()
+        self.hardware_session.is_some()
     }
 
     /// Queues the decode of one 8-bit DCT frame into `dst` (device memory of `want.bytes()`),
@@ -531,15 +611,13 @@ impl DctDecoder {
             .device
             .bind()
             .map_err(|e| Failure::Device(e.to_string()))?;
-        if !self.hardware_tried {
-            self.hardware_tried = true;
-            self.hardware = Session::new(
-                &self.lib,
-                &self.stream,
-                BACKEND_HARDWARE,
-                FLAGS_HW_DECODE_NO_PIPELINE,
-            )
-            .ok();
+        if self.hardware_session.is_none() {
+            if let Some(h) = &self.hardware {
+                match Session::new(h, &self.stream) {
+                    Ok(s) => self.hardware_session = Some(s),
+                    Err(_) => self.hardware = None,
+                }
+            }
         }
         let mut out = Image::empty();
         let plane = want.cols as usize * want.rows as usize;
@@ -572,20 +650,22 @@ impl DctDecoder {
                 "DCT output into a 16-bit container".into(),
             ));
         }
-        if let Some(hw) = self.hardware.as_mut() {
+        if let Some(hw) = self.hardware_session.as_mut() {
             let h = hw.header(data)?;
             Self::check(&h, want, layout)?;
             if hw.batched_supported()? {
                 return hw.decode_batched(data, format, &mut out).map(|_| layout);
             }
         }
-        if self.default.is_none() {
-            self.default = Some(
-                Session::new(&self.lib, &self.stream, BACKEND_DEFAULT, 0)
-                    .map_err(Failure::Device)?,
-            );
+        if self.default_session.is_none() {
+            let handle = self
+                .default
+                .as_ref()
+                .map_err(|e| Failure::Device(e.clone()))?;
+            self.default_session =
+                Some(Session::new(handle, &self.stream).map_err(Failure::Device)?);
         }
-        let Some(sw) = self.default.as_mut() else {
+        let Some(sw) = self.default_session.as_mut() else {
             return Err(Failure::Device("nvJPEG default backend unavailable".into()));
         };
         let h = sw.header(data)?;

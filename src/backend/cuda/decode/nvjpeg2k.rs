@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use super::alloc::{AllocContext, AllocatorV2};
 use super::{Failure, OutputLayout};
-use crate::backend::cuda::driver::Stream;
+use crate::backend::cuda::driver::{Device, Stream};
 use crate::backend::cuda::libs;
 
 type Status = c_int;
-type Handle = *mut c_void;
+type RawHandle = *mut c_void;
 type DecodeState = *mut c_void;
 type CodeStream = *mut c_void;
 type DecodeParams = *mut c_void;
@@ -66,21 +66,21 @@ struct Image {
 struct Fns {
     get_property: unsafe extern "C" fn(c_int, *mut c_int) -> Status,
     create_v2:
-        unsafe extern "C" fn(c_int, *mut AllocatorV2, *mut AllocatorV2, *mut Handle) -> Status,
-    destroy: unsafe extern "C" fn(Handle) -> Status,
-    state_create: unsafe extern "C" fn(Handle, *mut DecodeState) -> Status,
+        unsafe extern "C" fn(c_int, *mut AllocatorV2, *mut AllocatorV2, *mut RawHandle) -> Status,
+    destroy: unsafe extern "C" fn(RawHandle) -> Status,
+    state_create: unsafe extern "C" fn(RawHandle, *mut DecodeState) -> Status,
     state_destroy: unsafe extern "C" fn(DecodeState) -> Status,
     stream_create: unsafe extern "C" fn(*mut CodeStream) -> Status,
     stream_destroy: unsafe extern "C" fn(CodeStream) -> Status,
     stream_parse:
-        unsafe extern "C" fn(Handle, *const u8, usize, c_int, c_int, CodeStream) -> Status,
+        unsafe extern "C" fn(RawHandle, *const u8, usize, c_int, c_int, CodeStream) -> Status,
     image_info: unsafe extern "C" fn(CodeStream, *mut ImageInfo) -> Status,
     component_info: unsafe extern "C" fn(CodeStream, *mut ComponentInfo, u32) -> Status,
     params_create: unsafe extern "C" fn(*mut DecodeParams) -> Status,
     params_destroy: unsafe extern "C" fn(DecodeParams) -> Status,
     params_set_output_format: unsafe extern "C" fn(DecodeParams, c_int) -> Status,
     decode_image: unsafe extern "C" fn(
-        Handle,
+        RawHandle,
         DecodeState,
         CodeStream,
         DecodeParams,
@@ -175,62 +175,95 @@ fn check(call: &'static str, s: Status) -> Result<(), String> {
     }
 }
 
-/// One worker's decoder: a library handle whose scratch comes from the worker's stream, a
-/// decode state, a parsed-codestream handle and decode parameters, all reused frame after
-/// frame (the state must not be shared between streams).
-pub struct Decoder {
+/// A library handle for one device, shared by its workers (nvJPEG2000 handles are thread
+/// safe); its allocators hand out the device's memory (alloc.rs).
+pub struct Handle {
     lib: Arc<Library>,
-    handle: Handle,
-    state: DecodeState,
-    code: CodeStream,
-    params: DecodeParams,
-    stream: Arc<Stream>,
+    raw: RawHandle,
+    device: Arc<Device>,
     // Kept alive for the library, which holds pointers to them; dropped after the handle.
     _device_alloc: Box<AllocatorV2>,
     _pinned_alloc: Box<AllocatorV2>,
     _alloc: Box<AllocContext>,
 }
 
-// SAFETY: the handles are used by one worker thread at a time (the decoder is owned by it and
-// moved with it); nvJPEG2000 handles are documented thread safe, states are per stream.
-unsafe impl Send for Decoder {}
+// SAFETY: nvJPEG2000 documents the library handle as thread safe; the allocator context it
+// points to is Sync (a device handle and a mutex).
+unsafe impl Send for Handle {}
+// SAFETY: as above.
+unsafe impl Sync for Handle {}
 
-impl Decoder {
-    /// Creates a handle, state and codestream handle for `stream`'s worker.
-    pub fn new(lib: &Arc<Library>, stream: &Arc<Stream>) -> Result<Decoder, String> {
-        stream.device.bind().map_err(|e| e.to_string())?;
-        let alloc = AllocContext::new(stream);
+impl Handle {
+    /// Creates the handle for `device`.
+    pub fn new(lib: &Arc<Library>, device: &Arc<Device>) -> Result<Arc<Handle>, String> {
+        device.bind().map_err(|e| e.to_string())?;
+        let alloc = AllocContext::new(device);
         let mut device_alloc = Box::new(AllocatorV2::device(&alloc));
         let mut pinned_alloc = Box::new(AllocatorV2::pinned(&alloc));
-        let f = &lib.fns;
-        let mut handle: Handle = std::ptr::null_mut();
+        let mut raw: RawHandle = std::ptr::null_mut();
         // SAFETY: the allocator tables and their context live as long as the handle (fields of
-        // the Decoder, dropped after it); out pointer valid.
+        // the Handle, dropped after it is destroyed); out pointer valid.
         check("nvjpeg2kCreateV2", unsafe {
-            (f.create_v2)(
+            (lib.fns.create_v2)(
                 BACKEND_DEFAULT,
                 &mut *device_alloc,
                 &mut *pinned_alloc,
-                &mut handle,
+                &mut raw,
             )
         })?;
+        Ok(Arc::new(Handle {
+            lib: lib.clone(),
+            raw,
+            device: device.clone(),
+            _device_alloc: device_alloc,
+            _pinned_alloc: pinned_alloc,
+            _alloc: alloc,
+        }))
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = self.device.bind();
+        // SAFETY: created in Handle::new, destroyed once; every Decoder holding an Arc to it
+        // (and so every decode state) is gone.
+        unsafe { (self.lib.fns.destroy)(self.raw) };
+    }
+}
+
+/// One worker's decoder: a decode state, a parsed-codestream handle and decode parameters on
+/// the device's shared handle, reused frame after frame (a state must not be shared between
+/// streams).
+pub struct Decoder {
+    handle: Arc<Handle>,
+    state: DecodeState,
+    code: CodeStream,
+    params: DecodeParams,
+    stream: Arc<Stream>,
+}
+
+// SAFETY: the state and codestream handles are used by one worker thread at a time (the decoder
+// is owned by it and moved with it).
+unsafe impl Send for Decoder {}
+
+impl Decoder {
+    /// Creates a state, codestream handle and parameters for `stream`'s worker.
+    pub fn new(handle: &Arc<Handle>, stream: &Arc<Stream>) -> Result<Decoder, String> {
+        stream.device.bind().map_err(|e| e.to_string())?;
+        let f = &handle.lib.fns;
         // From here on, Drop releases whatever was created (null handles are skipped).
         let mut d = Decoder {
-            lib: lib.clone(),
-            handle,
+            handle: handle.clone(),
             state: std::ptr::null_mut(),
             code: std::ptr::null_mut(),
             params: std::ptr::null_mut(),
             stream: stream.clone(),
-            _device_alloc: device_alloc,
-            _pinned_alloc: pinned_alloc,
-            _alloc: alloc,
         };
-        // SAFETY: handle is live; out pointers valid.
+        // SAFETY: the handle is live; out pointers valid.
         unsafe {
             check(
                 "nvjpeg2kDecodeStateCreate",
-                (f.state_create)(d.handle, &mut d.state),
+                (f.state_create)(handle.raw, &mut d.state),
             )?;
             check("nvjpeg2kStreamCreate", (f.stream_create)(&mut d.code))?;
             check(
@@ -250,7 +283,7 @@ impl Decoder {
     /// interleaved, `want.bytes_per_sample` each. Parameters the frame's description does not
     /// match, and streams the library rejects, are a [`Failure`] for the CPU to take over.
     pub fn decode(&mut self, data: &[u8], want: &OutputLayout, dst: u64) -> Result<(), Failure> {
-        let f = &self.lib.fns;
+        let f = &self.handle.lib.fns;
         self.stream
             .device
             .bind()
@@ -259,7 +292,7 @@ impl Decoder {
         // needs (the decode below reads it before `data` can change: the slot is held until the
         // stream is synchronized).
         check("nvjpeg2kStreamParse", unsafe {
-            (f.stream_parse)(self.handle, data.as_ptr(), data.len(), 0, 0, self.code)
+            (f.stream_parse)(self.handle.raw, data.as_ptr(), data.len(), 0, 0, self.code)
         })
         .map_err(Failure::Rejected)?;
         let mut info = ImageInfo::default();
@@ -334,7 +367,7 @@ impl Decoder {
         // arrays live for the call (the library copies the descriptors when queuing).
         check("nvjpeg2kDecodeImage", unsafe {
             (f.decode_image)(
-                self.handle,
+                self.handle.raw,
                 self.state,
                 self.code,
                 self.params,
@@ -348,11 +381,11 @@ impl Decoder {
 
 impl Drop for Decoder {
     fn drop(&mut self) {
-        let f = &self.lib.fns;
+        let f = &self.handle.lib.fns;
         let _ = self.stream.device.bind();
         let _ = self.stream.synchronize();
-        // SAFETY: each handle was created by this decoder and is destroyed once, after the
-        // stream has finished every decode that used it; the handle goes last.
+        // SAFETY: each was created by this decoder and is destroyed once, after the stream has
+        // finished every decode that used it (the shared handle outlives it: we hold an Arc).
         unsafe {
             if !self.params.is_null() {
                 (f.params_destroy)(self.params);
@@ -362,9 +395,6 @@ impl Drop for Decoder {
             }
             if !self.state.is_null() {
                 (f.state_destroy)(self.state);
-            }
-            if !self.handle.is_null() {
-                (f.destroy)(self.handle);
             }
         }
     }
