@@ -53,7 +53,7 @@ def main():
         table.flush()
 
     emit(f"{'series':<16} {'config':<34} {'slices/s':>9} {'p50 ms':>7} {'p95 ms':>7} "
-         f"{'load':>5} {'gpudec':>6} {'gpu ms':>6} {'comp':>5} {'enc':>5} {'gpu fr':>6} {'fallbk':>6}")
+         f"{'load':>5} {'gpudec':>6} {'gpu ms':>6} {'comp':>5} {'enc':>5} {'gpu fr':>6} {'fallbk':>6} {'cpu ms/sl':>9}")
 
     def run(series, label, cmd, report=None):
         best = None
@@ -64,13 +64,16 @@ def main():
             os.makedirs(dst)
             log = open(os.path.join(a.work, "log"), "wb")
             t0 = time.perf_counter()
-            code = subprocess.call(cmd, shell=isinstance(cmd, str), stdout=log, stderr=subprocess.STDOUT)
+            p = subprocess.Popen(cmd, shell=isinstance(cmd, str), stdout=log, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(p.pid, 0)  # the child's own CPU time
             secs = time.perf_counter() - t0
+            code = os.waitstatus_to_exitcode(status)
             if code != 0:
                 tail = open(os.path.join(a.work, "log"), "rb").read()[-600:].decode(errors="replace")
                 emit(f"# {series} {label}: exit {code}: {tail}")
             outs = sum(1 for _, _, fs in os.walk(dst) for f in fs if f.endswith(".png"))
-            res = dict(series=series, label=label, sps=outs / secs, secs=secs, outputs=outs)
+            res = dict(series=series, label=label, sps=outs / secs, secs=secs, outputs=outs,
+                       cpu_ms=(usage.ru_utime + usage.ru_stime) * 1e3 / max(outs, 1))
             if report and os.path.exists(report):
                 r = json.load(open(report))
                 st = r["statistics"]
@@ -92,7 +95,7 @@ def main():
         pct = lambda k: "-" if best.get(k) is None else f"{100 * best[k]:.0f}%"
         emit(f"{series:<16} {label:<34} {best['sps']:>9.1f} {f('p50', '.2f'):>7} {f('p95', '.2f'):>7} "
              f"{pct('load'):>5} {pct('gpudec'):>6} {f('gpu_ms', '.2f'):>6} {pct('comp'):>5} {pct('enc'):>5} "
-             f"{f('gpu_frames', 'd'):>6} {f('fallback', 'd'):>6}")
+             f"{f('gpu_frames', 'd'):>6} {f('fallback', 'd'):>6} {f('cpu_ms', '.2f'):>9}")
         rows.append(best)
         return best
 
@@ -126,7 +129,7 @@ def main():
             cpu = run(label, "dicomflow cpu", base + ["--backend", "cpu"], report)
             gpu = None
             for streams in (a.streams.split(",") if a.streams else [None]):
-                extra = ["--streams", streams] if streams else []
+                extra = ["--streams", streams, "--decode-streams", streams] if streams else []
                 shown = f"dicomflow cuda gpu.decode={policy}" + (f" streams {streams}" if streams else "")
                 r = run(label, shown, base + ["--backend", "cuda", "--gpu-decode", policy] + extra, report)
                 if gpu is None or r["sps"] > gpu["sps"]:

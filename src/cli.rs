@@ -174,6 +174,9 @@ pub struct RunArgs {
     /// Compressed frames decoded on the GPU: lossless, all, none.
     #[arg(long)]
     pub gpu_decode: Option<String>,
+    /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU.
+    #[arg(long)]
+    pub decode_streams: Option<i64>,
     /// Show the live dashboard even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_tui")]
     pub tui: bool,
@@ -209,6 +212,7 @@ impl RunArgs {
         r.gpu.gpus = self.gpus.clone().map(RawGpus::Word);
         r.gpu.streams = self.streams;
         r.gpu.decode = self.gpu_decode.clone();
+        r.gpu.decode_streams = self.decode_streams;
         r.dashboard.tui = if self.tui {
             Some("on".into())
         } else if self.no_tui {

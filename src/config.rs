@@ -84,6 +84,7 @@ pub struct RawGpu {
     pub kernel_cache: Option<PathBuf>,
     pub library_path: Option<PathBuf>,
     pub decode: Option<String>,
+    pub decode_streams: Option<i64>,
 }
 
 /// A number, or the word "auto".
@@ -316,6 +317,10 @@ pub struct Settings {
     pub library_path: Option<PathBuf>,
     /// Which compressed frames the CUDA backend decodes on the GPU.
     pub gpu_decode: GpuDecode,
+    /// Streams per device when the run's first file is JPEG 2000 for the GPU to decode (each
+    /// nvJPEG2000 decode takes milliseconds on a few of the GPU's multiprocessors, so many run
+    /// at once); at least `streams`.
+    pub decode_streams: usize,
     pub tui: TuiMode,
     pub tick_ms: u64,
     pub log_file: Option<PathBuf>,
@@ -353,6 +358,7 @@ impl Default for Settings {
             kernel_cache: None,
             library_path: None,
             gpu_decode: GpuDecode::Lossless,
+            decode_streams: 16,
             tui: TuiMode::Auto,
             tick_ms: 100,
             log_file: None,
@@ -647,6 +653,9 @@ impl Settings {
         }
         if let Some(v) = &g.library_path {
             self.library_path = nonempty_path(v);
+        }
+        if let Some(v) = g.decode_streams {
+            self.decode_streams = count(origin, "gpu.decode_streams", v, 1, 64)?;
         }
         if let Some(v) = &g.decode {
             self.gpu_decode = one_of(

@@ -58,6 +58,33 @@ fn too_small_for_the_gpu(settings: &Settings, inputs: &[std::path::PathBuf]) -> 
     })
 }
 
+/// `settings` with `gpu.decode_streams` streams per device when the first input file is JPEG
+/// 2000 that the GPU will decode (nvJPEG2000 found, `gpu.decode` not "none"): its decodes take
+/// milliseconds each, so many streams keep the GPU busy where two would leave it idle.
+fn decode_streams(settings: &Settings, inputs: &[std::path::PathBuf]) -> Option<Settings> {
+    if settings.backend == BackendChoice::Cpu
+        || settings.gpu_decode == config::GpuDecode::None
+        || settings.decode_streams <= settings.streams
+        || inputs.is_empty()
+    {
+        return None;
+    }
+    let info = pipeline::first_file_info(settings, inputs)?;
+    let codec = decode::compressed::GpuCodec::of(&info.transfer_syntax)?;
+    if codec != decode::compressed::GpuCodec::Jpeg2000 {
+        return None;
+    }
+    backend::cuda::libs::open(&["libnvjpeg2k.so.0"], settings.library_path.as_deref()).ok()?;
+    tracing::info!(
+        "first input file is JPEG 2000: {} CUDA streams per device (gpu.decode_streams)",
+        settings.decode_streams
+    );
+    Some(Settings {
+        streams: settings.decode_streams,
+        ..settings.clone()
+    })
+}
+
 /// Chooses the backend the settings ask for. `auto` falls back to the CPU (saying why);
 /// `cuda` on a machine without a usable GPU is a fatal error.
 pub fn select_backend(settings: &Settings) -> Result<Arc<dyn Backend>, FatalError> {
@@ -70,6 +97,8 @@ pub fn select_backend_for(
     settings: &Settings,
     inputs: &[std::path::PathBuf],
 ) -> Result<Arc<dyn Backend>, FatalError> {
+    let tuned = decode_streams(settings, inputs);
+    let settings = tuned.as_ref().unwrap_or(settings);
     match settings.backend {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
         BackendChoice::Cuda => {

@@ -654,12 +654,28 @@ fn gpu_decode_lossless_fixtures_match_the_cpu_backend_for_every_strategy() {
         String::from_utf8_lossy(&o.stderr)
     );
     let expected = outputs(&cpu_out);
-    for transfer in ["zero-copy", "pinned", "pageable"] {
-        let out = root.join(transfer);
+    // Default policy: JPEG 2000 (gray, RCT colour, HTJ2K, signed 16-bit) on the GPU; "all"
+    // adds lossless JPEG of 256x256 and more (signed16_jls). Every output stays identical.
+    let runs = [
+        ("zero-copy", "lossless", 4),
+        ("pinned", "lossless", 4),
+        ("pageable", "lossless", 4),
+        ("zero-copy", "all", 5),
+    ];
+    for (transfer, policy, at_least) in runs {
+        let what = format!("{transfer}, gpu.decode = {policy}");
+        let out = root.join(format!("{transfer}-{policy}"));
         let (o, report) = run_report(
             &[&inputs],
             &out,
-            &["--backend", "cuda", "--transfer", transfer],
+            &[
+                "--backend",
+                "cuda",
+                "--transfer",
+                transfer,
+                "--gpu-decode",
+                policy,
+            ],
         );
         assert_eq!(
             o.status.code(),
@@ -667,16 +683,15 @@ fn gpu_decode_lossless_fixtures_match_the_cpu_backend_for_every_strategy() {
             "{}",
             String::from_utf8_lossy(&o.stderr)
         );
-        assert_same_outputs(&outputs(&out), &expected, transfer);
+        assert_same_outputs(&outputs(&out), &expected, &what);
         let (decoded, fallback) = gpu_decode_counts(&report);
-        // sv1, frag, multi-frame (2 frames or more), j2k gray/rgb, htj2k, signed J2K and JPEG.
         assert!(
-            decoded >= 9,
-            "{transfer}: only {decoded} frames decoded on the GPU"
+            decoded >= at_least,
+            "{what}: only {decoded} frames decoded on the GPU"
         );
         eprintln!(
-            "{transfer}: {} outputs identical to the CPU backend; {decoded} frames decoded on \
-             the GPU, {fallback} handed back to the CPU decoder",
+            "{what}: {} outputs identical to the CPU backend; {decoded} frames decoded on the \
+             GPU, {fallback} handed back to the CPU decoder",
             expected.len()
         );
     }
@@ -711,7 +726,12 @@ fn gpu_decode_200_slice_lossless_series_match_the_cpu_backend() {
     );
     let expected = outputs(&root.join("cpu"));
     assert_eq!(expected.len(), 400);
-    let (o, report) = run_report(&[&inputs], &root.join("cuda"), &["--backend", "cuda"]);
+    // "all": lossless JPEG goes to the GPU only then (JPEG 2000 goes with the default too).
+    let (o, report) = run_report(
+        &[&inputs],
+        &root.join("cuda"),
+        &["--backend", "cuda", "--gpu-decode", "all"],
+    );
     assert_eq!(
         o.status.code(),
         Some(0),

@@ -115,6 +115,11 @@ pub struct EncodedFrame {
     pub lossless: bool,
 }
 
+/// Smallest width and height of a lossless JPEG frame sent to nvJPEG. Measured on the H200
+/// host with nvJPEG 13.0.1 (`bench decode`, synth CT, dcmcjpeg +e1): frames 64 to 160 pixels
+/// wide decode wrongly from about the 68th sample on, 200 to 512 wide exactly.
+pub const LOSSLESS_JPEG_MIN_SIDE: u32 = 256;
+
 /// What a codestream header says, as far as routing is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamFacts {
@@ -161,8 +166,9 @@ pub struct GpuRoute {
     pub jpeg2000: bool,
     pub jpeg_lossless: bool,
     pub jpeg_dct: bool,
-    /// `gpu.decode = "all"`: lossy codestreams too.
-    pub lossy: bool,
+    /// `gpu.decode = "all"`: lossy codestreams too, and lossless JPEG (which nvJPEG decodes
+    /// exactly from 256×256 up, but slower than the CPU decoders of a 16-core host).
+    pub all: bool,
 }
 
 impl GpuRoute {
@@ -171,15 +177,15 @@ impl GpuRoute {
         jpeg2000: false,
         jpeg_lossless: false,
         jpeg_dct: false,
-        lossy: false,
+        all: false,
     };
 
     /// Whether any frame of this codec family can go to the GPU.
     pub fn codec(&self, codec: GpuCodec) -> bool {
         match codec {
             GpuCodec::Jpeg2000 => self.jpeg2000,
-            GpuCodec::JpegLossless => self.jpeg_lossless,
-            GpuCodec::JpegDct => self.jpeg_dct && self.lossy,
+            GpuCodec::JpegLossless => self.jpeg_lossless && self.all,
+            GpuCodec::JpegDct => self.jpeg_dct && self.all,
         }
     }
 
@@ -191,7 +197,7 @@ impl GpuRoute {
         if let Some(why) = &facts.unsupported {
             return Err(why.clone());
         }
-        if !facts.lossless && !self.lossy {
+        if !facts.lossless && !self.all {
             return Err("lossy codestream (gpu.decode = \"lossless\")".into());
         }
         Ok(())
@@ -307,6 +313,13 @@ fn inspect_jpeg(coding: &FrameCoding, data: &[u8]) -> Result<StreamFacts, String
             }
             if h.al != 0 {
                 return unsupported(format!("point transform {}", h.al));
+            }
+            if coding.cols < LOSSLESS_JPEG_MIN_SIDE || coding.rows < LOSSLESS_JPEG_MIN_SIDE {
+                return unsupported(format!(
+                    "{}x{} is below {LOSSLESS_JPEG_MIN_SIDE}x{LOSSLESS_JPEG_MIN_SIDE} (nvJPEG 13.0's \
+                     lossless backend decodes frames narrower than 200 px wrongly)",
+                    coding.cols, coding.rows
+                ));
             }
             if h.sampling.len() != 1 {
                 return unsupported(format!("{} components", h.sampling.len()));
@@ -614,8 +627,8 @@ mod tests {
 
     #[test]
     fn jpeg_lossless_predictor_1_goes_to_the_gpu_others_stay() {
-        let c = coding("1.2.840.10008.1.2.4.70", 64, 32, 1, 16);
-        let sv1 = inspect(&c, &jpeg(0xc3, 12, 64, 32, &[0x11], 1, 0));
+        let c = coding("1.2.840.10008.1.2.4.70", 512, 256, 1, 16);
+        let sv1 = inspect(&c, &jpeg(0xc3, 12, 512, 256, &[0x11], 1, 0));
         assert_eq!(
             sv1,
             StreamFacts {
@@ -623,16 +636,19 @@ mod tests {
                 unsupported: None
             }
         );
-        let sv6 = inspect(&c, &jpeg(0xc3, 12, 64, 32, &[0x11], 6, 0));
+        let sv6 = inspect(&c, &jpeg(0xc3, 12, 512, 256, &[0x11], 6, 0));
         assert!(sv6.lossless);
         assert!(sv6.unsupported.unwrap().contains("predictor 6"));
-        let pt = inspect(&c, &jpeg(0xc3, 12, 64, 32, &[0x11], 1, 2));
+        let pt = inspect(&c, &jpeg(0xc3, 12, 512, 256, &[0x11], 1, 2));
         assert!(pt.unsupported.unwrap().contains("point transform"));
-        let size = inspect(&c, &jpeg(0xc3, 12, 65, 32, &[0x11], 1, 0));
-        assert!(size.unsupported.unwrap().contains("65x32x1"));
-        let rgb = coding("1.2.840.10008.1.2.4.70", 64, 32, 3, 16);
-        let three = inspect(&rgb, &jpeg(0xc3, 8, 64, 32, &[0x11; 3], 1, 0));
+        let size = inspect(&c, &jpeg(0xc3, 12, 513, 256, &[0x11], 1, 0));
+        assert!(size.unsupported.unwrap().contains("513x256x1"));
+        let rgb = coding("1.2.840.10008.1.2.4.70", 512, 256, 3, 16);
+        let three = inspect(&rgb, &jpeg(0xc3, 8, 512, 256, &[0x11; 3], 1, 0));
         assert!(three.unsupported.unwrap().contains("3 components"));
+        let small = coding("1.2.840.10008.1.2.4.70", 128, 512, 1, 16);
+        let narrow = inspect(&small, &jpeg(0xc3, 12, 128, 512, &[0x11], 1, 0));
+        assert!(narrow.unsupported.unwrap().contains("128x512 is below"));
     }
 
     #[test]
@@ -697,8 +713,8 @@ mod tests {
         assert_eq!(inspect(&c, &padded).unsupported, None);
         let cut = inspect(&c, &full[..full.len() - 1]);
         assert!(cut.unsupported.unwrap().contains("end-of-image"));
-        let l = coding("1.2.840.10008.1.2.4.70", 64, 32, 1, 16);
-        let jpeg = jpeg(0xc3, 12, 64, 32, &[0x11], 1, 0);
+        let l = coding("1.2.840.10008.1.2.4.70", 256, 256, 1, 16);
+        let jpeg = jpeg(0xc3, 12, 256, 256, &[0x11], 1, 0);
         assert_eq!(inspect(&l, &jpeg).unsupported, None);
         assert!(inspect(&l, &jpeg[..jpeg.len() - 3]).unsupported.is_some());
     }
@@ -717,7 +733,7 @@ mod tests {
             jpeg2000: true,
             jpeg_lossless: true,
             jpeg_dct: true,
-            lossy: false,
+            all: false,
         };
         assert!(r.accepts(GpuCodec::Jpeg2000, &lossless).is_ok());
         assert!(r
@@ -725,8 +741,11 @@ mod tests {
             .unwrap_err()
             .contains("lossy"));
         assert!(r.accepts(GpuCodec::JpegDct, &lossy).is_err());
-        r.lossy = true;
+        // Lossless JPEG is exact (from 256x256) but slower on the GPU: only with "all".
+        assert!(r.accepts(GpuCodec::JpegLossless, &lossless).is_err());
+        r.all = true;
         assert!(r.accepts(GpuCodec::JpegDct, &lossy).is_ok());
+        assert!(r.accepts(GpuCodec::JpegLossless, &lossless).is_ok());
         assert!(GpuRoute::NONE
             .accepts(GpuCodec::Jpeg2000, &lossless)
             .is_err());

@@ -156,6 +156,23 @@ impl SlotHint {
         inputs: &[PathBuf],
         workers: usize,
     ) -> Option<Self> {
+        let info = first_file_info(settings, inputs)?;
+        let count = Sizing::with_workers(settings, workers).slots;
+        Some(SlotHint {
+            count,
+            input: slot::round_up(info.frame_bytes() as usize),
+            output: slot::round_up(info.output_capacity() as usize),
+        })
+    }
+}
+
+/// The header of the first DICOM file the scan of `inputs` finds (`None` when there is none or
+/// it cannot be read: the loaders will report it).
+pub fn first_file_info(
+    settings: &Settings,
+    inputs: &[PathBuf],
+) -> Option<crate::decode::ImageInfo> {
+    {
         let mut first = None;
         let never = AtomicBool::new(false);
         crate::source::scan(inputs, Some(&settings.output_dir), &never, |item| {
@@ -177,12 +194,7 @@ impl SlotHint {
                 .map(|f| f.info.clone())
         })
         .ok()??;
-        let count = Sizing::with_workers(settings, workers).slots;
-        Some(SlotHint {
-            count,
-            input: slot::round_up(info.frame_bytes() as usize),
-            output: slot::round_up(info.output_capacity() as usize),
-        })
+        Some(info)
     }
 }
 

@@ -105,6 +105,9 @@ pub struct CudaWorker {
     dev_decoded: Option<DeviceBuffer>,
     /// Events around the GPU decode of the current frame.
     ev_decode: [Event; 2],
+    /// Marks the end of a GPU-decoded frame's work; the worker sleeps on it instead of
+    /// spinning (a JPEG 2000 decode takes milliseconds, and many workers decode at once).
+    ev_done: Event,
     /// Buffers for the CPU decode of a frame the GPU codec did not take.
     fallback: Vec<u8>,
     fallback_scratch: Vec<u8>,
@@ -143,9 +146,11 @@ impl CudaWorker {
             Event::new(&device).map_err(|e| e.to_string())?,
             Event::new(&device).map_err(|e| e.to_string())?,
         ];
+        let ev_done = Event::blocking(&device).map_err(|e| e.to_string())?;
         Ok(CudaWorker {
             index,
             device_slot,
+            ev_done,
             decoder: None,
             dev_decoded: None,
             ev_decode,
@@ -481,7 +486,13 @@ impl CudaWorker {
         self.stage_out(strategy, staged, slot, out_bytes)
             .map_err(cuda)?;
         self.ev[3].record(&self.stream).map_err(cuda)?;
-        self.stream.synchronize().map_err(cuda)?;
+        match source {
+            Source::Device(_) => {
+                self.ev_done.record(&self.stream).map_err(cuda)?;
+                self.ev_done.synchronize().map_err(cuda)?;
+            }
+            Source::Slot => self.stream.synchronize().map_err(cuda)?,
+        }
         let ms = |a: usize, b: usize| {
             Event::elapsed_ms(&self.ev[a], &self.ev[b])
                 .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))

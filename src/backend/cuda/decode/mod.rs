@@ -219,7 +219,7 @@ impl Codecs {
             jpeg2000: self.nvjpeg2k.is_ok(),
             jpeg_lossless: self.nvjpeg.is_ok(),
             jpeg_dct: self.nvjpeg.is_ok(),
-            lossy: self.policy == GpuDecode::All,
+            all: self.policy == GpuDecode::All,
         }
     }
 
@@ -252,13 +252,19 @@ impl Codecs {
             let what = format!("{} ({})", codec.name(), codec.syntaxes());
             lines.push(match found {
                 Ok(lib) if route.codec(codec) => {
-                    let scope = match (codec, route.lossy) {
-                        (GpuCodec::JpegLossless, _) => " predictor 1, one component",
-                        (GpuCodec::Jpeg2000, false) => " reversible (lossless) codestreams",
-                        (GpuCodec::JpegDct, _) => " 8-bit",
-                        (GpuCodec::Jpeg2000, true) => "",
+                    let scope = match (codec, route.all) {
+                        (GpuCodec::JpegLossless, _) => format!(
+                            " predictor 1, one component, {0}x{0} and larger,",
+                            crate::decode::compressed::LOSSLESS_JPEG_MIN_SIDE
+                        ),
+                        (GpuCodec::Jpeg2000, false) => " reversible (lossless) codestreams,".into(),
+                        (GpuCodec::JpegDct, _) => " 8-bit,".into(),
+                        (GpuCodec::Jpeg2000, true) => String::new(),
                     };
                     format!("{what}: GPU,{scope} with {lib}")
+                }
+                Ok(lib) if codec == GpuCodec::JpegLossless => {
+                    format!("{what}: CPU (faster here; gpu.decode = \"all\" sends it to {lib})")
                 }
                 Ok(lib) => format!(
                     "{what}: CPU (lossy; gpu.decode = \"{policy}\", \"all\" sends it to {lib})"
