@@ -517,7 +517,7 @@ pub fn decode_on_cpu(
 /// reusable buffers.
 pub fn decode_slot_on_cpu(
     encoded: &EncodedFrame,
-    slot: &mut crate::pipeline::slot::Slot,
+    slot: &mut crate::memory::Slot,
     decoded: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
 ) -> Result<(), String> {

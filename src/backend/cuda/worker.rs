@@ -20,8 +20,8 @@ use super::decode::{Decoded, FrameDecoder};
 use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
 use super::{Shared, Strategy};
 use crate::backend::cpu::CpuRenderer;
-use crate::backend::{RenderOutcome, RenderTimings, RenderWorker};
-use crate::pipeline::slot::Slot;
+use crate::backend::{BackendError, RenderError, RenderOutcome, RenderTimings, RenderWorker};
+use crate::memory::Slot;
 use crate::render::chain::{self, Resolved, ResolvedVoi};
 use crate::render::plan::{Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Window};
 use crate::render::table::{self, IndexMap};
@@ -132,21 +132,18 @@ impl CudaWorker {
         device_slot: usize,
         shared: Arc<Shared>,
         module: Arc<Module>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BackendError> {
         let device = shared.devices[device_slot].clone();
-        let stream = Stream::new(&device).map_err(|e| e.to_string())?;
-        let k = Kernels::load(&module).map_err(|e| e.to_string())?;
+        let stream = Stream::new(&device)?;
+        let k = Kernels::load(&module)?;
         let ev = [
-            Event::new(&device).map_err(|e| e.to_string())?,
-            Event::new(&device).map_err(|e| e.to_string())?,
-            Event::new(&device).map_err(|e| e.to_string())?,
-            Event::new(&device).map_err(|e| e.to_string())?,
+            Event::new(&device)?,
+            Event::new(&device)?,
+            Event::new(&device)?,
+            Event::new(&device)?,
         ];
-        let ev_decode = [
-            Event::new(&device).map_err(|e| e.to_string())?,
-            Event::new(&device).map_err(|e| e.to_string())?,
-        ];
-        let ev_done = Event::blocking(&device).map_err(|e| e.to_string())?;
+        let ev_decode = [Event::new(&device)?, Event::new(&device)?];
+        let ev_done = Event::blocking(&device)?;
         Ok(CudaWorker {
             index,
             device_slot,
@@ -318,14 +315,14 @@ impl CudaWorker {
         map: IndexMap,
         pixels: u64,
         io: Io,
-    ) -> Result<Option<Window>, String> {
-        let cuda = |e: CudaError| e.to_string();
+    ) -> Result<Option<Window>, RenderError> {
+        let cuda = RenderError::Cuda;
         let stats = if chain::needs_statistics(g) {
             Some(self.histogram(g, map, io, pixels).map_err(cuda)?)
         } else {
             None
         };
-        let resolved = chain::resolve(g, stats.as_ref())?;
+        let resolved = chain::resolve(g, stats.as_ref()).map_err(RenderError::Plan)?;
         let key = TableKey::Gray(g.clone(), resolved.clone());
         if self.table_key.as_ref() != Some(&key) {
             table::build_gray_table(g, &resolved, map, &mut self.host_table);
@@ -358,9 +355,10 @@ impl CudaWorker {
         })
     }
 
-    fn render_color(&mut self, c: &ColorPlan, pixels: u64, io: Io) -> Result<(), String> {
-        let cuda = |e: CudaError| e.to_string();
-        let map = IndexMap::of(&c.stored).ok_or("colour samples deeper than 16 bits")?;
+    fn render_color(&mut self, c: &ColorPlan, pixels: u64, io: Io) -> Result<(), RenderError> {
+        let cuda = RenderError::Cuda;
+        let map = IndexMap::of(&c.stored)
+            .ok_or_else(|| RenderError::Plan("colour samples deeper than 16 bits".into()))?;
         let bytes = c.stored.bytes() as u32;
         if let ColorModel::Palette(_) = c.model {
             let key = TableKey::Palette(c.clone());
@@ -438,8 +436,8 @@ impl CudaWorker {
         source: Source,
         plan: &FramePlan,
         slot: &mut Slot,
-    ) -> Result<RenderOutcome, String> {
-        let cuda = |e: CudaError| e.to_string();
+    ) -> Result<RenderOutcome, RenderError> {
+        let cuda = RenderError::Cuda;
         self.shared.devices[self.device_slot].bind().map_err(cuda)?;
         let in_bytes = plan.input_bytes();
         let png_filter = self.shared.png_filter;
@@ -471,7 +469,11 @@ impl CudaWorker {
         let window = match &plan.chain {
             Chain::Gray(g) => match IndexMap::of(&g.stored) {
                 Some(map) => self.render_gray(g, map, pixels, io)?,
-                None => return Err("internal: deep grayscale routed to the GPU".into()),
+                None => {
+                    return Err(RenderError::Internal(
+                        "deep grayscale routed to the GPU".into(),
+                    ))
+                }
             },
             Chain::Color(c) => {
                 self.render_color(c, pixels, io)?;
@@ -568,7 +570,7 @@ impl CudaWorker {
 }
 
 impl RenderWorker for CudaWorker {
-    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, String> {
+    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
         // Stored values deeper than 16 bits have no table: the CPU reference renders them
         // (decoding them first when they arrive compressed).
         if let Chain::Gray(g) = &plan.chain {
@@ -578,13 +580,15 @@ impl RenderWorker for CudaWorker {
         }
         let mut current = std::borrow::Cow::Borrowed(plan);
         let result = match self.render_frame(&mut current, slot) {
-            Err(e) if e.contains("OUT_OF_MEMORY") => {
+            Err(e) if e.is_out_of_memory() => {
                 // Give the pool back what this worker caches, then try once more (from the
                 // codestream again when the GPU had decoded it: its buffer is gone).
                 self.release_caches();
                 let _ = self.stream.synchronize();
-                self.render_frame(&mut current, slot)
-                    .map_err(|e| format!("{e} (after freeing cached device memory)"))
+                self.render_frame(&mut current, slot).map_err(|e| match e {
+                    RenderError::Cuda(e) => RenderError::CudaAfterRetry(e),
+                    other => other,
+                })
             }
             other => other,
         };
@@ -592,11 +596,10 @@ impl RenderWorker for CudaWorker {
             self.shared.frames[self.device_slot].fetch_add(1, Ordering::Relaxed);
         }
         self.publish();
-        result.map_err(|e| {
-            format!(
-                "CUDA worker {} on GPU {}: {e}",
-                self.index, self.shared.devices[self.device_slot].ordinal
-            )
+        result.map_err(|e| RenderError::OnGpu {
+            worker: self.index,
+            gpu: self.shared.devices[self.device_slot].ordinal,
+            source: Box::new(e),
         })
     }
 }
@@ -608,7 +611,7 @@ impl CudaWorker {
         &mut self,
         plan: &mut std::borrow::Cow<'_, FramePlan>,
         slot: &mut Slot,
-    ) -> Result<RenderOutcome, String> {
+    ) -> Result<RenderOutcome, RenderError> {
         let mut source = Source::Slot;
         let mut decode_time = Duration::ZERO;
         if let Some(encoded) = plan.encoded.clone() {
@@ -635,7 +638,11 @@ impl CudaWorker {
                         &mut self.fallback,
                         &mut self.fallback_scratch,
                     )
-                    .map_err(|e| format!("{e} (after the GPU codec refused the frame: {why})"))?;
+                    .map_err(|e| {
+                        RenderError::Decode(format!(
+                            "{e} (after the GPU codec refused the frame: {why})"
+                        ))
+                    })?;
                     plan.to_mut().encoded = None;
                 }
             }
@@ -648,8 +655,7 @@ impl CudaWorker {
         if let Source::Device(_) = source {
             // The stream was synchronized at the end of render_with: both events are complete.
             decode_time = Event::elapsed_ms(&self.ev_decode[0], &self.ev_decode[1])
-                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
-                .map_err(|e| e.to_string())?;
+                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))?;
             self.shared.gpu_decoded.fetch_add(1, Ordering::Relaxed);
         }
         outcome.timings.decode = decode_time;

@@ -9,14 +9,13 @@
 //! library. A missing library turns off only its codecs.
 
 pub mod alloc;
-pub mod bench;
 pub mod nvjpeg;
 pub mod nvjpeg2k;
 
 use std::sync::{Arc, OnceLock};
 
 use super::driver::{Device, Stream};
-use crate::config::{GpuDecode, Settings};
+use crate::backend::options::{GpuDecode, GpuOptions};
 use crate::decode::compressed::{EncodedFrame, GpuCodec, GpuRoute};
 
 /// Row pitch alignment of lossless JPEG output: 1 = rows packed, straight into the frame's
@@ -91,10 +90,10 @@ pub struct Codecs {
 impl Codecs {
     /// Loads the libraries `settings.gpu_decode` may use (none for `"none"`), searching
     /// `gpu.library_path` first, for a backend with `devices` GPUs.
-    pub fn load(settings: &Settings, devices: usize) -> Codecs {
-        let configured = settings.library_path.as_deref();
+    pub fn load(gpu: &GpuOptions, devices: usize) -> Codecs {
+        let configured = gpu.library_path.as_deref();
         let off = "gpu.decode = \"none\"".to_string();
-        let (nvjpeg2k, nvjpeg) = match settings.gpu_decode {
+        let (nvjpeg2k, nvjpeg) = match gpu.decode {
             GpuDecode::None => (Err(off.clone()), Err(off)),
             GpuDecode::Lossless | GpuDecode::All => (
                 nvjpeg2k::Library::load(configured),
@@ -105,12 +104,12 @@ impl Codecs {
             ("nvJPEG2000", nvjpeg2k.as_ref().err()),
             ("nvJPEG", nvjpeg.as_ref().err()),
         ] {
-            if let (Some(why), false) = (r, settings.gpu_decode == GpuDecode::None) {
+            if let (Some(why), false) = (r, gpu.decode == GpuDecode::None) {
                 tracing::info!("{name} not loaded, its transfer syntaxes decode on the CPU: {why}");
             }
         }
         Codecs {
-            policy: settings.gpu_decode,
+            policy: gpu.decode,
             nvjpeg2k,
             nvjpeg,
             devices: (0..devices).map(|_| DeviceHandles::default()).collect(),

@@ -43,7 +43,7 @@ fn short_path(p: &Path) -> String {
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
     let compact = area.width < 80;
-    let stages_h = 2 + 1 + app.snap.stages.len() as u16;
+    let stages_h = 2 + 1 + app.stage_rows().len() as u16;
     let queues_h = 2 + (app.snap.gauges.len().clamp(1, 6) as u16);
     // What fits: the stage table always; the queue row and the bottom row when there is room.
     let fixed = 1 + 1 + stages_h + 1;
@@ -341,7 +341,7 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
         }
     }
     let workers = s
-        .stage(dicomflow::stats::StageId::Compute)
+        .stage(dicomflow::observe::stats::StageId::Compute)
         .map(|c| c.workers)
         .unwrap_or(0);
     if workers > 0 && s.gpu.is_none() {

@@ -11,14 +11,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Codecs, Decoded, FrameDecoder};
-use crate::backend::cpu::CpuRenderer;
-use crate::backend::cuda::driver::{self, Device, DeviceBuffer, Event, Stream};
-use crate::config::{GpuDecode, Settings};
-use crate::decode::compressed::{self, EncodedFrame, FrameCoding};
-use crate::decode::{probe, DecodeLimits, ImageFile};
-use crate::render::plan::{plan_frame, Chain, RenderOptions};
-use crate::render::spec::WindowSpec;
+use dicomflow::backend::cpu::CpuRenderer;
+use dicomflow::backend::cuda::decode::{Codecs, Decoded, FrameDecoder};
+use dicomflow::backend::cuda::driver::{self, Device, DeviceBuffer, Event, Stream};
+use dicomflow::backend::options::{GpuDecode, GpuOptions};
+use dicomflow::decode::compressed::{self, EncodedFrame, FrameCoding};
+use dicomflow::decode::{probe, DecodeLimits, ImageFile};
+use dicomflow::error::FatalError;
+use dicomflow::render::plan::{plan_frame, Chain, RenderOptions};
+use dicomflow::render::spec::WindowSpec;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -57,8 +58,8 @@ struct Row {
 fn files(inputs: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let cancel = std::sync::atomic::AtomicBool::new(false);
-    crate::source::scan(inputs, None, &cancel, |item| {
-        if let crate::source::ScanItem::Dicom(c) = item {
+    dicomflow::source::scan(inputs, None, &cancel, |item| {
+        if let dicomflow::source::ScanItem::Dicom(c) = item {
             out.push(c.path);
         }
         true
@@ -84,13 +85,13 @@ fn sample(bytes: &[u8], width: usize, signed: bool, i: usize) -> i64 {
 
 /// Runs the comparison and returns the table.
 pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
-    let settings = Settings {
-        gpu_decode: GpuDecode::All,
+    let gpu = GpuOptions {
+        decode: GpuDecode::All,
         library_path: opts.library_path.clone(),
-        ..Settings::default()
+        ..GpuOptions::default()
     };
     let mut out = String::new();
-    let mut codecs = Codecs::load(&settings, 1);
+    let mut codecs = Codecs::load(&gpu, 1);
     if opts.lossless_pitch_align > 0 {
         codecs.set_lossless_pitch_align(opts.lossless_pitch_align);
     }
@@ -287,8 +288,10 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
             if !deep {
                 let mut a = vec![0u8; plan.output_bytes()];
                 let mut b = vec![0u8; plan.output_bytes()];
-                cpu.render_bytes(&plan, &cpu_vals, &mut a)?;
-                cpu.render_bytes(&plan, &gpu_vals, &mut b)?;
+                cpu.render_bytes(&plan, &cpu_vals, &mut a)
+                    .map_err(|e| e.to_string())?;
+                cpu.render_bytes(&plan, &gpu_vals, &mut b)
+                    .map_err(|e| e.to_string())?;
                 for (x, y) in a.iter().zip(&b) {
                     if x != y {
                         row.pixels_differing += 1;
@@ -356,4 +359,19 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
         rows.iter().filter(|r| r.refused.is_none()).count()
     );
     Ok(out)
+}
+
+/// `dicomflow bench decode`.
+pub fn execute(a: &crate::app::cli::DecodeArgs) -> Result<i32, FatalError> {
+    let opts = DecodeBenchOptions {
+        inputs: a.inputs.clone(),
+        iters: a.iters,
+        max_frames: a.max_frames,
+        library_path: a.library_path.clone(),
+        device: a.device,
+        lossless_pitch_align: a.lossless_pitch_align,
+    };
+    let table = run(&opts).map_err(FatalError::Backend)?;
+    print!("{table}");
+    Ok(0)
 }

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dicomflow::stats::{Snapshot, StageId};
+use dicomflow::observe::stats::{Snapshot, StageId};
 
 /// Length of the window for recent rates, seconds.
 const WINDOW_S: f64 = 2.0;
@@ -308,6 +308,9 @@ impl App {
                     bottleneck: false,
                 }
             })
+            // The GPU decode row only once compressed frames were decoded on the GPU: most
+            // runs have none, and a small terminal needs the line.
+            .filter(|r| r.name != StageId::GpuDecode.name() || r.count > 0)
             .collect();
         let best = rows
             .iter()

@@ -1,0 +1,132 @@
+//! Which backend renders, and how the CUDA backend uses the GPUs: transfer strategy, devices,
+//! streams, page-locked memory, the memory pool, the kernel cache and where codec libraries are.
+
+use std::path::PathBuf;
+
+/// Which compute backend runs the render chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    Auto,
+    Cuda,
+    Cpu,
+}
+
+/// How slices reach the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transfer {
+    Auto,
+    ZeroCopy,
+    Pinned,
+    Pageable,
+}
+
+/// How slot memory is page-locked for the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PageLocking {
+    /// Ordinary memory on transparent huge pages, faulted in by the thread that needs it, then
+    /// `cuMemHostRegister`ed: the driver's lock is held only for the short registration.
+    Register,
+    /// `cuMemHostAlloc`: the driver zeroes and pins every 4 KiB page under its lock.
+    HostAlloc,
+}
+
+/// Which compressed frames the GPU decodes (`gpu.decode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuDecode {
+    /// Only codestreams whose decoded values equal the CPU decoders' bit for bit on every
+    /// conforming decoder (reversible JPEG 2000 and HTJ2K): the output stays byte-identical to
+    /// the CPU backend's.
+    Lossless,
+    /// Lossy codestreams too (JPEG baseline/extended, irreversible JPEG 2000), whose values may
+    /// differ from the CPU decoders' (README: measured deviations), and lossless JPEG (exact
+    /// from 256×256, but slower on nvJPEG than on the CPU decoders of a 16-core host).
+    All,
+    /// Every frame decodes on the CPU.
+    None,
+}
+
+impl GpuDecode {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuDecode::Lossless => "lossless",
+            GpuDecode::All => "all",
+            GpuDecode::None => "none",
+        }
+    }
+}
+
+/// Which GPUs to use.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuSelection {
+    All,
+    List(Vec<usize>),
+}
+
+/// The CUDA backend's options.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GpuOptions {
+    pub transfer: Transfer,
+    pub gpus: GpuSelection,
+    /// Streams (render workers) per GPU.
+    pub streams: usize,
+    /// Page-locked slot memory allowed; 0 = a quarter of physical memory.
+    pub pinned_budget_bytes: u64,
+    pub page_locking: PageLocking,
+    /// `auto` uses the GPU only for jobs with at least this much input; `None` = 256 MiB per
+    /// core, 0 = always.
+    pub auto_min_input_bytes: Option<u64>,
+    /// Memory the stream-ordered pool keeps reserved across synchronizations.
+    pub release_threshold_bytes: u64,
+    /// Where compiled kernels are cached; `None` = `$XDG_CACHE_HOME/dicomflow`.
+    pub kernel_cache: Option<PathBuf>,
+    /// Folder searched first for NVIDIA's codec libraries (nvJPEG, nvJPEG2000, nvCOMP).
+    pub library_path: Option<PathBuf>,
+    /// Which compressed frames the GPU decodes.
+    pub decode: GpuDecode,
+    /// Streams per GPU when the job's first file is JPEG 2000 for the GPU to decode (each
+    /// nvJPEG2000 decode takes milliseconds on a few multiprocessors, so many run at once); at
+    /// least `streams`.
+    pub decode_streams: usize,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions {
+            transfer: Transfer::Auto,
+            gpus: GpuSelection::All,
+            streams: 2,
+            pinned_budget_bytes: 0,
+            page_locking: PageLocking::Register,
+            auto_min_input_bytes: None,
+            release_threshold_bytes: 256 << 20,
+            kernel_cache: None,
+            library_path: None,
+            decode: GpuDecode::Lossless,
+            decode_streams: 16,
+        }
+    }
+}
+
+/// Which backend to use, and the GPU's options when it is CUDA.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BackendOptions {
+    #[serde(rename = "backend")]
+    pub choice: BackendChoice,
+    #[serde(flatten)]
+    pub gpu: GpuOptions,
+}
+
+impl Default for BackendOptions {
+    fn default() -> Self {
+        BackendOptions {
+            choice: BackendChoice::Auto,
+            gpu: GpuOptions::default(),
+        }
+    }
+}
