@@ -273,4 +273,10 @@ pub struct InspectArgs {
     /// VOI function override to explain.
     #[arg(long)]
     pub voi_function: Option<String>,
+    /// GPU decode policy to explain (lossless, all, none).
+    #[arg(long, default_value = "lossless")]
+    pub gpu_decode: String,
+    /// Folder searched first for the codec libraries (gpu.library_path).
+    #[arg(long)]
+    pub library_path: Option<PathBuf>,
 }

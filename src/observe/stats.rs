@@ -205,6 +205,8 @@ pub struct GpuFigures {
     /// Where each family of compressed transfer syntaxes decodes (GPU with which library, or
     /// CPU and why).
     pub decode: Vec<String>,
+    /// The codec libraries in short ("nvJPEG2000 0.11.0, nvJPEG 13.0.1", or what is missing).
+    pub codecs: String,
     /// Frames decoded on the GPU.
     pub frames_gpu_decoded: u64,
     /// Frames sent to a GPU codec that the CPU decoder took over (unsupported or damaged).

@@ -321,6 +321,15 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
             if g.pinned_bytes > 0 {
                 lines.push(Line::from(format!("pinned host: {}", mb(g.pinned_bytes))));
             }
+            if g.frames_gpu_decoded + g.frames_decode_fallback > 0 {
+                lines.push(Line::from(format!(
+                    "decode: {} GPU, {} CPU fallback",
+                    g.frames_gpu_decoded, g.frames_decode_fallback
+                )));
+            }
+            if !g.codecs.is_empty() {
+                lines.push(Line::from(format!("codecs: {}", g.codecs)));
+            }
         }
         None => {
             title = " Backend ";

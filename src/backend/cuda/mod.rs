@@ -143,6 +143,7 @@ impl Shared {
                 .map(|f| f.load(Ordering::Relaxed))
                 .collect(),
             decode: self.codecs.describe(),
+            codecs: self.codecs.short(),
             frames_gpu_decoded: self.gpu_decoded.load(Ordering::Relaxed),
             frames_decode_fallback: self.decode_fallbacks.load(Ordering::Relaxed),
         });

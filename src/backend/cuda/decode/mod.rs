@@ -222,6 +222,25 @@ impl Codecs {
         }
     }
 
+    /// The libraries in a few words, for the dashboard.
+    pub fn short(&self) -> String {
+        if self.policy == GpuDecode::None {
+            return "off (gpu.decode = none)".into();
+        }
+        let one = |name: &str, v: Result<&str, &String>| match v {
+            Ok(v) => format!("{name} {v}"),
+            Err(_) => format!("no {name}"),
+        };
+        format!(
+            "{}, {}",
+            one(
+                "nvJPEG2000",
+                self.nvjpeg2k.as_ref().map(|l| l.version.as_str())
+            ),
+            one("nvJPEG", self.nvjpeg.as_ref().map(|l| l.version.as_str()))
+        )
+    }
+
     /// The summary lines: per codec family, where it decodes and with which library.
     pub fn describe(&self) -> Vec<String> {
         let policy = self.policy.name();
