@@ -39,6 +39,21 @@ impl AllocContext {
     }
 }
 
+/// The context behind a callback's `ctx`, with its device's context made current; `None` for a
+/// null pointer or a device that cannot be bound (the callback then reports failure).
+///
+/// # Safety
+/// `ctx` is null or the [`AllocContext`] registered with the handle, alive while it is.
+unsafe fn context<'a>(ctx: *mut c_void) -> Option<&'a AllocContext> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: the registered, boxed AllocContext (caller's contract).
+    let ctx = unsafe { &*(ctx as *const AllocContext) };
+    ctx.device.bind().ok()?;
+    Some(ctx)
+}
+
 /// Device memory: from the stream-ordered pool on `stream`, or synchronously without one.
 ///
 /// # Safety
@@ -51,12 +66,11 @@ pub unsafe extern "C" fn device_malloc(
     size: usize,
     stream: *mut c_void,
 ) -> c_int {
-    if ctx.is_null() || ptr.is_null() {
+    // SAFETY: ctx is what the handle was created with (contract above).
+    let Some(ctx) = (unsafe { context(ctx) }) else {
         return 1;
-    }
-    // SAFETY: ctx is the boxed AllocContext registered with the handle (contract above).
-    let ctx = unsafe { &*(ctx as *const AllocContext) };
-    if ctx.device.bind().is_err() {
+    };
+    if ptr.is_null() {
         return 1;
     }
     let mut dptr: sys::CUdeviceptr = 0;
@@ -94,17 +108,13 @@ pub unsafe extern "C" fn device_free(
     _size: usize,
     stream: *mut c_void,
 ) -> c_int {
-    if ctx.is_null() {
-        return 1;
-    }
     if ptr.is_null() {
         return 0;
     }
-    // SAFETY: ctx is the boxed AllocContext registered with the handle.
-    let ctx = unsafe { &*(ctx as *const AllocContext) };
-    if ctx.device.bind().is_err() {
+    // SAFETY: ctx is what the handle was created with (contract above).
+    let Some(ctx) = (unsafe { context(ctx) }) else {
         return 1;
-    }
+    };
     let dptr = ptr as sys::CUdeviceptr;
     let synchronous = match ctx.synchronous.lock() {
         Ok(mut set) => set.remove(&dptr),
@@ -137,12 +147,8 @@ pub unsafe extern "C" fn pinned_malloc(
     size: usize,
     _stream: *mut c_void,
 ) -> c_int {
-    if ctx.is_null() || ptr.is_null() {
-        return 1;
-    }
-    // SAFETY: ctx is the boxed AllocContext registered with the handle.
-    let ctx = unsafe { &*(ctx as *const AllocContext) };
-    if ctx.device.bind().is_err() {
+    // SAFETY: ctx is what the handle was created with (contract above).
+    if ptr.is_null() || unsafe { context(ctx) }.is_none() {
         return 1;
     }
     let mut p: *mut c_void = std::ptr::null_mut();
@@ -167,15 +173,11 @@ pub unsafe extern "C" fn pinned_free(
     _size: usize,
     stream: *mut c_void,
 ) -> c_int {
-    if ctx.is_null() {
-        return 1;
-    }
     if ptr.is_null() {
         return 0;
     }
-    // SAFETY: ctx is the boxed AllocContext registered with the handle.
-    let ctx = unsafe { &*(ctx as *const AllocContext) };
-    if ctx.device.bind().is_err() {
+    // SAFETY: ctx is what the handle was created with (contract above).
+    if unsafe { context(ctx) }.is_none() {
         return 1;
     }
     // SAFETY: the caller's stream is live; without one, wait for the whole device.

@@ -9,6 +9,7 @@
 //! library. A missing library turns off only its codecs.
 
 pub mod alloc;
+mod ffi;
 pub mod nvjpeg;
 pub mod nvjpeg2k;
 

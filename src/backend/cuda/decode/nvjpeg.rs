@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::alloc::{AllocContext, AllocatorV2};
+use super::ffi::{self, check, symbol};
 use super::{Failure, OutputLayout};
 use crate::backend::cuda::driver::{self, Device, DeviceBuffer, Stream};
 use crate::backend::cuda::libs;
@@ -22,8 +23,8 @@ type RawHandle = *mut c_void;
 type JpegState = *mut c_void;
 type JpegStream = *mut c_void;
 
-const SUCCESS: Status = 0;
-const PROPERTIES: [c_int; 3] = [0, 1, 2];
+/// What a missing entry point says about the library's age.
+const HINT: &str = "nvJPEG older than CUDA 12.2?";
 
 /// `nvjpegBackend_t`.
 const BACKEND_DEFAULT: c_int = 0;
@@ -112,17 +113,6 @@ pub struct Library {
     _lib: libloading::Library,
 }
 
-/// Copies the function pointer `name` out of `lib`.
-///
-/// # Safety
-/// `T` must be the C signature of `name` (the declarations of `nvjpeg.h`).
-unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
-    // SAFETY: the caller guarantees the type; the owning `Library` keeps `lib` loaded.
-    unsafe { lib.get::<T>(name.as_bytes()) }
-        .map(|s| *s)
-        .map_err(|_| format!("{name} missing (nvJPEG older than CUDA 12.2?)"))
-}
-
 impl Library {
     /// Finds and loads nvJPEG (CUDA 13, else 12; search order of [`libs`]).
     pub fn load(configured: Option<&std::path::Path>) -> Result<Arc<Library>, String> {
@@ -132,62 +122,31 @@ impl Library {
         // SAFETY: each type below is the declaration of that function in nvjpeg.h (CUDA 13.0).
         let fns = unsafe {
             Fns {
-                get_property: symbol(&lib, "nvjpegGetProperty")?,
-                create_ex_v2: symbol(&lib, "nvjpegCreateExV2")?,
-                destroy: symbol(&lib, "nvjpegDestroy")?,
-                state_create: symbol(&lib, "nvjpegJpegStateCreate")?,
-                state_destroy: symbol(&lib, "nvjpegJpegStateDestroy")?,
-                stream_create: symbol(&lib, "nvjpegJpegStreamCreate")?,
-                stream_destroy: symbol(&lib, "nvjpegJpegStreamDestroy")?,
-                parse_header: symbol(&lib, "nvjpegJpegStreamParseHeader")?,
-                encoding: symbol(&lib, "nvjpegJpegStreamGetJpegEncoding")?,
-                frame_dimensions: symbol(&lib, "nvjpegJpegStreamGetFrameDimensions")?,
-                components: symbol(&lib, "nvjpegJpegStreamGetComponentsNum")?,
-                component_dimensions: symbol(&lib, "nvjpegJpegStreamGetComponentDimensions")?,
-                precision: symbol(&lib, "nvjpegJpegStreamGetSamplePrecision")?,
-                batched_supported: symbol(&lib, "nvjpegDecodeBatchedSupported")?,
-                batched_initialize: symbol(&lib, "nvjpegDecodeBatchedInitialize")?,
-                decode_batched: symbol(&lib, "nvjpegDecodeBatched")?,
-                decode: symbol(&lib, "nvjpegDecode")?,
+                get_property: symbol(&lib, "nvjpegGetProperty", HINT)?,
+                create_ex_v2: symbol(&lib, "nvjpegCreateExV2", HINT)?,
+                destroy: symbol(&lib, "nvjpegDestroy", HINT)?,
+                state_create: symbol(&lib, "nvjpegJpegStateCreate", HINT)?,
+                state_destroy: symbol(&lib, "nvjpegJpegStateDestroy", HINT)?,
+                stream_create: symbol(&lib, "nvjpegJpegStreamCreate", HINT)?,
+                stream_destroy: symbol(&lib, "nvjpegJpegStreamDestroy", HINT)?,
+                parse_header: symbol(&lib, "nvjpegJpegStreamParseHeader", HINT)?,
+                encoding: symbol(&lib, "nvjpegJpegStreamGetJpegEncoding", HINT)?,
+                frame_dimensions: symbol(&lib, "nvjpegJpegStreamGetFrameDimensions", HINT)?,
+                components: symbol(&lib, "nvjpegJpegStreamGetComponentsNum", HINT)?,
+                component_dimensions: symbol(&lib, "nvjpegJpegStreamGetComponentDimensions", HINT)?,
+                precision: symbol(&lib, "nvjpegJpegStreamGetSamplePrecision", HINT)?,
+                batched_supported: symbol(&lib, "nvjpegDecodeBatchedSupported", HINT)?,
+                batched_initialize: symbol(&lib, "nvjpegDecodeBatchedInitialize", HINT)?,
+                decode_batched: symbol(&lib, "nvjpegDecodeBatched", HINT)?,
+                decode: symbol(&lib, "nvjpegDecode", HINT)?,
             }
         };
-        let mut v = [0; 3];
-        for (slot, prop) in v.iter_mut().zip(PROPERTIES) {
-            // SAFETY: valid out pointer; no other precondition.
-            if unsafe { (fns.get_property)(prop, slot) } != SUCCESS {
-                *slot = -1;
-            }
-        }
         Ok(Arc::new(Library {
+            version: ffi::version(fns.get_property),
             fns,
             path: found.path,
-            version: format!("{}.{}.{}", v[0], v[1], v[2]),
             _lib: lib,
         }))
-    }
-}
-
-fn status_name(s: Status) -> &'static str {
-    match s {
-        1 => "NOT_INITIALIZED",
-        2 => "INVALID_PARAMETER",
-        3 => "BAD_JPEG",
-        4 => "JPEG_NOT_SUPPORTED",
-        5 => "ALLOCATOR_FAILURE",
-        6 => "EXECUTION_FAILED",
-        7 => "ARCH_MISMATCH",
-        8 => "INTERNAL_ERROR",
-        9 => "IMPLEMENTATION_NOT_SUPPORTED",
-        10 => "INCOMPLETE_BITSTREAM",
-        _ => "unknown status",
-    }
-}
-
-fn check(call: &'static str, s: Status) -> Result<(), String> {
-    if s == SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{call}: {} ({s})", status_name(s)))
     }
 }
 

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::alloc::{AllocContext, AllocatorV2};
+use super::ffi::{self, check, symbol};
 use super::{Failure, OutputLayout};
 use crate::backend::cuda::driver::{Device, Stream};
 use crate::backend::cuda::libs;
@@ -18,10 +19,9 @@ type DecodeState = *mut c_void;
 type CodeStream = *mut c_void;
 type DecodeParams = *mut c_void;
 
-const SUCCESS: Status = 0;
+/// What a missing entry point says about the library's age.
+const HINT: &str = "nvJPEG2000 older than 0.7?";
 const BACKEND_DEFAULT: c_int = 0;
-/// `libraryPropertyType`: MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL.
-const PROPERTIES: [c_int; 3] = [0, 1, 2];
 /// `nvjpeg2kImageType_t`.
 const UINT8: c_int = 0;
 const UINT16: c_int = 1;
@@ -99,18 +99,6 @@ pub struct Library {
     _lib: libloading::Library,
 }
 
-/// Copies the function pointer `name` out of `lib`.
-///
-/// # Safety
-/// `T` must be the C signature of `name` (the declarations of `nvjpeg2k.h`).
-unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
-    // SAFETY: the caller guarantees the type; the pointer stays valid while `lib` is loaded,
-    // which the owning `Library` guarantees.
-    unsafe { lib.get::<T>(name.as_bytes()) }
-        .map(|s| *s)
-        .map_err(|_| format!("{name} missing (nvJPEG2000 older than 0.7?)"))
-}
-
 impl Library {
     /// Finds and loads `libnvjpeg2k.so.0` (search order of [`libs`]).
     pub fn load(configured: Option<&std::path::Path>) -> Result<Arc<Library>, String> {
@@ -119,59 +107,32 @@ impl Library {
         // SAFETY: each type below is the declaration of that function in nvjpeg2k.h (0.11).
         let fns = unsafe {
             Fns {
-                get_property: symbol(&lib, "nvjpeg2kGetProperty")?,
-                create_v2: symbol(&lib, "nvjpeg2kCreateV2")?,
-                destroy: symbol(&lib, "nvjpeg2kDestroy")?,
-                state_create: symbol(&lib, "nvjpeg2kDecodeStateCreate")?,
-                state_destroy: symbol(&lib, "nvjpeg2kDecodeStateDestroy")?,
-                stream_create: symbol(&lib, "nvjpeg2kStreamCreate")?,
-                stream_destroy: symbol(&lib, "nvjpeg2kStreamDestroy")?,
-                stream_parse: symbol(&lib, "nvjpeg2kStreamParse")?,
-                image_info: symbol(&lib, "nvjpeg2kStreamGetImageInfo")?,
-                component_info: symbol(&lib, "nvjpeg2kStreamGetImageComponentInfo")?,
-                params_create: symbol(&lib, "nvjpeg2kDecodeParamsCreate")?,
-                params_destroy: symbol(&lib, "nvjpeg2kDecodeParamsDestroy")?,
-                params_set_output_format: symbol(&lib, "nvjpeg2kDecodeParamsSetOutputFormat")?,
-                decode_image: symbol(&lib, "nvjpeg2kDecodeImage")?,
+                get_property: symbol(&lib, "nvjpeg2kGetProperty", HINT)?,
+                create_v2: symbol(&lib, "nvjpeg2kCreateV2", HINT)?,
+                destroy: symbol(&lib, "nvjpeg2kDestroy", HINT)?,
+                state_create: symbol(&lib, "nvjpeg2kDecodeStateCreate", HINT)?,
+                state_destroy: symbol(&lib, "nvjpeg2kDecodeStateDestroy", HINT)?,
+                stream_create: symbol(&lib, "nvjpeg2kStreamCreate", HINT)?,
+                stream_destroy: symbol(&lib, "nvjpeg2kStreamDestroy", HINT)?,
+                stream_parse: symbol(&lib, "nvjpeg2kStreamParse", HINT)?,
+                image_info: symbol(&lib, "nvjpeg2kStreamGetImageInfo", HINT)?,
+                component_info: symbol(&lib, "nvjpeg2kStreamGetImageComponentInfo", HINT)?,
+                params_create: symbol(&lib, "nvjpeg2kDecodeParamsCreate", HINT)?,
+                params_destroy: symbol(&lib, "nvjpeg2kDecodeParamsDestroy", HINT)?,
+                params_set_output_format: symbol(
+                    &lib,
+                    "nvjpeg2kDecodeParamsSetOutputFormat",
+                    HINT,
+                )?,
+                decode_image: symbol(&lib, "nvjpeg2kDecodeImage", HINT)?,
             }
         };
-        let mut v = [0; 3];
-        for (slot, prop) in v.iter_mut().zip(PROPERTIES) {
-            // SAFETY: valid out pointer; the call has no other precondition.
-            if unsafe { (fns.get_property)(prop, slot) } != SUCCESS {
-                *slot = -1;
-            }
-        }
         Ok(Arc::new(Library {
+            version: ffi::version(fns.get_property),
             fns,
             path: found.path,
-            version: format!("{}.{}.{}", v[0], v[1], v[2]),
             _lib: lib,
         }))
-    }
-}
-
-/// Text for an `nvjpeg2kStatus_t`.
-fn status_name(s: Status) -> &'static str {
-    match s {
-        1 => "NOT_INITIALIZED",
-        2 => "INVALID_PARAMETER",
-        3 => "BAD_JPEG",
-        4 => "JPEG_NOT_SUPPORTED",
-        5 => "ALLOCATOR_FAILURE",
-        6 => "EXECUTION_FAILED",
-        7 => "ARCH_MISMATCH",
-        8 => "INTERNAL_ERROR",
-        9 => "IMPLEMENTATION_NOT_SUPPORTED",
-        _ => "unknown status",
-    }
-}
-
-fn check(call: &'static str, s: Status) -> Result<(), String> {
-    if s == SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{call}: {} ({s})", status_name(s)))
     }
 }
 
