@@ -8,6 +8,7 @@
 pub mod compressed;
 pub mod fragments;
 mod guard;
+pub mod identity;
 pub mod info;
 pub mod jpeg;
 pub mod jpegls;
