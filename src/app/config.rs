@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use dicomflow::backend::options::{
-    BackendChoice, BackendOptions, GpuSelection, PageLocking, Transfer,
+    BackendChoice, BackendOptions, GpuDecode, GpuSelection, PageLocking, Transfer,
 };
 use dicomflow::error::FatalError;
 use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter, SyncMode};
@@ -91,6 +91,8 @@ pub struct RawGpu {
     pub release_threshold_mib: Option<i64>,
     pub kernel_cache: Option<PathBuf>,
     pub library_path: Option<PathBuf>,
+    pub decode: Option<String>,
+    pub decode_streams: Option<i64>,
 }
 
 /// A number, or the word "auto".
@@ -522,6 +524,22 @@ impl Settings {
         }
         if let Some(v) = &g.library_path {
             self.backend.gpu.library_path = nonempty_path(v);
+        }
+        if let Some(v) = g.decode_streams {
+            self.backend.gpu.decode_streams = count(origin, "gpu.decode_streams", v, 1, 64)?;
+        }
+        if let Some(v) = &g.decode {
+            self.backend.gpu.decode = one_of(
+                origin,
+                "gpu.decode",
+                v,
+                &[
+                    ("lossless", GpuDecode::Lossless),
+                    ("all", GpuDecode::All),
+                    ("none", GpuDecode::None),
+                ],
+                "use lossless, all or none",
+            )?;
         }
 
         let d = &raw.dashboard;

@@ -52,6 +52,35 @@ impl Versions {
     }
 }
 
+/// What the summary says about GPU decoding: for a run with frames of a transfer syntax a GPU
+/// codec exists for, where each family decoded (the CUDA backend's lines: library, version, or
+/// why it is off) and how many frames the GPU decoded; for the CPU backend, that it is off and
+/// why. Nothing for runs without such frames.
+fn gpu_decode_lines(result: &RunResult, stats: &Snapshot) -> Vec<String> {
+    let compressed = result.files.iter().any(|f| {
+        f.meta.as_ref().is_some_and(|m| {
+            dicomflow::decode::compressed::GpuCodec::of(&m.transfer_syntax).is_some()
+        })
+    });
+    if !compressed {
+        return Vec::new();
+    }
+    if result.backend.decode.is_empty() {
+        return vec![format!(
+            "off: the {} backend decodes every frame ({})",
+            result.backend.name, result.backend.reason
+        )];
+    }
+    let mut lines = result.backend.decode.clone();
+    if let Some(g) = &stats.gpu {
+        lines.push(format!(
+            "{} frame(s) decoded on the GPU, {} handed to the CPU decoder",
+            g.frames_gpu_decoded, g.frames_decode_fallback
+        ));
+    }
+    lines
+}
+
 /// The backend as the report shows it: what it said about itself, the line the dashboard
 /// showed, and the GPU figures when there is a GPU.
 #[derive(serde::Serialize)]
@@ -197,6 +226,9 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         mb(result.slot_memory_bytes),
         result.slot_memory_kind
     );
+    for line in gpu_decode_lines(result, stats) {
+        let _ = writeln!(s, "  gpu decode: {line}");
+    }
     let _ = writeln!(
         s,
         "  {:<13} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",

@@ -5,6 +5,7 @@
 //! opening the whole object and then decoding would cost). Deflated and encapsulated data go
 //! through dicom-rs's codecs (one decode into a reusable buffer, one copy into the slot).
 
+pub mod compressed;
 pub mod fragments;
 mod guard;
 pub mod identity;
@@ -280,35 +281,9 @@ impl ImageFile {
                     .get(&ts_uid)
                     .ok_or_else(|| format!("unknown transfer syntax {ts_uid}"))?;
                 match ts.codec() {
-                    Codec::EncapsulatedPixelData(Some(decoder), _) => {
-                        scratch.clear();
+                    Codec::EncapsulatedPixelData(..) => {
                         let obj_ref: &DefaultDicomObject = obj;
-                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            decoder.decode_frame(obj_ref, frame, scratch)
-                        }));
-                        match result {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => {
-                                return Err(format!("{} decoder: {}", ts.name(), error_chain(&e)))
-                            }
-                            Err(_) => {
-                                return Err(format!("{} decoder crashed on this data", ts.name()))
-                            }
-                        }
-                        if scratch.len() < frame_bytes {
-                            return Err(format!(
-                                "{} decoder produced {} bytes, expected {frame_bytes}",
-                                ts.name(),
-                                scratch.len()
-                            ));
-                        }
-                        dst.copy_from_slice(&scratch[..frame_bytes]);
-                    }
-                    Codec::EncapsulatedPixelData(None, _) => {
-                        return Err(format!(
-                            "transfer syntax {} ({ts_uid}) cannot be decoded",
-                            ts.name()
-                        ))
+                        return decode_with_registry(&ts_uid, obj_ref, frame, dst, scratch);
                     }
                     _ => {
                         // Native data inside a parsed object (deflate, or unusual layout).
@@ -332,6 +307,25 @@ impl ImageFile {
             }
         }
         Ok(())
+    }
+
+    /// Copies the compressed codestream of frame `frame` (its fragments, concatenated, as they
+    /// are in the file) into `out`, for a GPU codec to decode. Fails for native pixel data.
+    pub fn read_encoded_frame(&self, frame: u32, out: &mut Vec<u8>) -> Result<(), String> {
+        let PixelSource::Object(obj) = &self.source else {
+            return Err("internal: native pixel data has no codestream".into());
+        };
+        let elem = obj.get(tags::PIXEL_DATA).ok_or("Pixel Data is missing")?;
+        let dicom_core::value::Value::PixelSequence(seq) = elem.value() else {
+            return Err("compressed transfer syntax but Pixel Data is not encapsulated".into());
+        };
+        fragments::frame_bytes(
+            seq.offset_table(),
+            seq.fragments(),
+            self.info.frames,
+            frame,
+            out,
+        )
     }
 
     /// True when pixels are read with one positioned read per frame (no intermediate copy).
@@ -376,18 +370,44 @@ fn decode_own(
     let dicom_core::value::Value::PixelSequence(seq) = elem.value() else {
         return Err("compressed transfer syntax but Pixel Data is not encapsulated".into());
     };
-    let fragments: Vec<Vec<u8>> = seq.fragments().iter().map(|f| f.to_vec()).collect();
     let mut stream = Vec::new();
     fragments::frame_bytes(
         seq.offset_table(),
-        &fragments,
+        seq.fragments(),
         info.frames,
         frame,
         &mut stream,
     )?;
+    let layout = StreamLayout {
+        cols: info.cols,
+        rows: info.rows,
+        samples_per_pixel: info.samples_per_pixel,
+        bits_allocated: info.bits_allocated,
+        stored_photometric: info.stored_photometric,
+    };
+    decode_own_stream(codec, &layout, &stream, dst, scratch)
+}
+
+/// What a codec needs from the header besides the codestream.
+struct StreamLayout {
+    cols: u32,
+    rows: u32,
+    samples_per_pixel: u16,
+    bits_allocated: u16,
+    stored_photometric: info::Photometric,
+}
+
+/// Decodes one frame's codestream with one of dicomflow's own codecs.
+fn decode_own_stream(
+    codec: OwnCodec,
+    info: &StreamLayout,
+    stream: &[u8],
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
     // The frame header's dimensions must agree with the DICOM header (already checked against
     // the frame-size limit) before a decoder allocates anything.
-    match sof_dimensions(&stream) {
+    match sof_dimensions(stream) {
         Some((w, h, c)) if (w, h, c) == (info.cols, info.rows, info.samples_per_pixel as u32) => {}
         Some((w, h, c)) => {
             return Err(format!(
@@ -405,7 +425,7 @@ fn decode_own(
                 info.stored_photometric,
                 P::YbrFull | P::YbrFull422 | P::YbrPartial422
             );
-            let img = jpeg::decode(&stream, convert, scratch).map_err(|e| format!("JPEG: {e}"))?;
+            let img = jpeg::decode(stream, convert, scratch).map_err(|e| format!("JPEG: {e}"))?;
             (
                 img.width,
                 img.height,
@@ -414,7 +434,7 @@ fn decode_own(
             )
         }
         OwnCodec::JpegLs => {
-            let img = jpegls::decode(&stream, scratch).map_err(|e| format!("JPEG-LS: {e}"))?;
+            let img = jpegls::decode(stream, scratch).map_err(|e| format!("JPEG-LS: {e}"))?;
             (
                 img.width,
                 img.height,
@@ -435,6 +455,68 @@ fn decode_own(
         dst,
         info.bits_allocated as usize / 8,
     )
+}
+
+/// Decodes frame `frame` of `obj` with the dicom-rs registry's decoder for `ts_uid` into `dst`
+/// (exactly one decoded frame), through `scratch`. Decoder panics become errors.
+fn decode_with_registry(
+    ts_uid: &str,
+    obj: &dyn dicom_encoding::adapters::PixelDataObject,
+    frame: u32,
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    let ts = TransferSyntaxRegistry
+        .get(ts_uid)
+        .ok_or_else(|| format!("unknown transfer syntax {ts_uid}"))?;
+    let Codec::EncapsulatedPixelData(Some(decoder), _) = ts.codec() else {
+        return Err(format!(
+            "transfer syntax {} ({ts_uid}) cannot be decoded",
+            ts.name()
+        ));
+    };
+    scratch.clear();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decoder.decode_frame(obj, frame, scratch)
+    }));
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("{} decoder: {}", ts.name(), error_chain(&e))),
+        Err(_) => return Err(format!("{} decoder crashed on this data", ts.name())),
+    }
+    if scratch.len() < dst.len() {
+        return Err(format!(
+            "{} decoder produced {} bytes, expected {}",
+            ts.name(),
+            scratch.len(),
+            dst.len()
+        ));
+    }
+    let n = dst.len();
+    dst.copy_from_slice(&scratch[..n]);
+    Ok(())
+}
+
+/// Decodes one frame's codestream (`stream`, also reachable as frame 0 of `object`) with the
+/// decoder the CPU path uses for `coding`'s transfer syntax.
+pub(crate) fn decode_codestream(
+    object: &dyn dicom_encoding::adapters::PixelDataObject,
+    coding: &compressed::FrameCoding,
+    stream: &[u8],
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    if let Some(codec) = OwnCodec::of(&coding.transfer_syntax) {
+        let layout = StreamLayout {
+            cols: coding.cols,
+            rows: coding.rows,
+            samples_per_pixel: coding.samples_per_pixel,
+            bits_allocated: coding.bits_allocated,
+            stored_photometric: coding.stored_photometric,
+        };
+        return decode_own_stream(codec, &layout, stream, dst, scratch);
+    }
+    decode_with_registry(&coding.transfer_syntax, object, 0, dst, scratch)
 }
 
 /// Width, height and component count from a JPEG or JPEG-LS frame header, scanning marker

@@ -151,6 +151,9 @@ pub(crate) struct Context<'a> {
     /// Writes the outputs (atomic, durable as `output.sync` says).
     pub files: crate::output::atomic::OutputFiles,
     pub tracer: Option<Arc<Tracer>>,
+    /// Asked per file which compressed frames to leave compressed for the backend's GPU
+    /// codecs (it can change during a run: the warm start turns it on when CUDA is ready).
+    pub backend: Arc<dyn Backend>,
 }
 
 fn spawn_named<'scope, 'env>(
@@ -316,6 +319,7 @@ pub fn run_sources(
         outputs: outputs::Outputs::default(),
         files: crate::output::atomic::OutputFiles::new(job.output.sync),
         tracer,
+        backend: backend.clone(),
     };
 
     let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone());

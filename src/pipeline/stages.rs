@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::RenderWorker;
+use crate::decode::compressed::{self, EncodedFrame, FrameCoding};
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
 use crate::error::Stage;
 use crate::memory::{Slot, TakeOr};
@@ -461,6 +462,11 @@ fn load_file(
         },
     });
     let frame_bytes = info.frame_bytes() as usize;
+    // Compressed frames a GPU codec of the backend will decode stay compressed in the slot.
+    let route = ctx.backend.gpu_route();
+    let coding = FrameCoding::of(&info)
+        .filter(|c| route.codec(c.codec))
+        .map(std::sync::Arc::new);
     for (f, output) in outputs.into_iter().enumerate() {
         let frame = f as u32;
         // The frame's busy time starts here (at the file's open for the first frame: its
@@ -512,20 +518,24 @@ fn load_file(
                 Err(_) => {} // not there: rendered
             }
         }
-        let plan = match plan_frame(&info, frame, &ctx.job.render) {
+        let mut plan = match plan_frame(&info, frame, &ctx.job.render) {
             Ok(p) => p,
             Err(reason) => {
                 fail(Stage::Render, reason);
                 continue;
             }
         };
+        let encoded = coding
+            .as_ref()
+            .and_then(|c| encoded_frame(&file, c, frame, route, scratch));
+        let input_bytes = frame_bytes.max(encoded.as_ref().map_or(0, |e| e.len));
         let t_wait = Instant::now();
         let Some(mut slot) = wait.take(ctx) else {
             fail(Stage::Decode, "slot ring closed".into());
             return;
         };
         let waited = t_wait.elapsed();
-        if let Err(e) = slot.reserve(frame_bytes, plan.output_capacity()) {
+        if let Err(e) = slot.reserve(input_bytes, plan.output_capacity()) {
             ctx.pool.give_back(slot);
             fail(
                 Stage::Decode,
@@ -535,7 +545,15 @@ fn load_file(
         }
         let t_read = Instant::now();
         let started = if f == 0 { t0 } else { t_read };
-        if let Err(reason) = file.read_frame(frame, slot.input.bytes_mut(frame_bytes), scratch) {
+        if let Some(e) = encoded {
+            // The codestream is in `scratch` (encoded_frame above); the GPU decodes it.
+            slot.input
+                .bytes_mut(e.len)
+                .copy_from_slice(&scratch[..e.len]);
+            plan.encoded = Some(e);
+        } else if let Err(reason) =
+            file.read_frame(frame, slot.input.bytes_mut(frame_bytes), scratch)
+        {
             ctx.pool.give_back(slot);
             fail(Stage::Decode, reason);
             continue;
@@ -586,9 +604,40 @@ fn load_file(
     }
 }
 
+/// Reads frame `frame`'s codestream into `scratch` and returns its description when `route`
+/// sends it to a GPU codec; `None` (the loader decodes it) for a frame whose header the codec
+/// cannot take, a lossy one under `gpu.decode = "lossless"`, or one that cannot be read here
+/// (the CPU decode then reports why).
+fn encoded_frame(
+    file: &ImageFile,
+    coding: &std::sync::Arc<FrameCoding>,
+    frame: u32,
+    route: compressed::GpuRoute,
+    scratch: &mut Vec<u8>,
+) -> Option<EncodedFrame> {
+    file.read_encoded_frame(frame, scratch).ok()?;
+    let facts = compressed::inspect(coding, scratch);
+    match route.accepts(coding.codec, &facts) {
+        Ok(()) => Some(EncodedFrame {
+            coding: coding.clone(),
+            len: scratch.len(),
+            lossless: facts.lossless,
+        }),
+        Err(why) => {
+            tracing::debug!(
+                "{} frame {}: decoded on the CPU: {why}",
+                crate::paths::Escaped(&file.path),
+                frame + 1
+            );
+            None
+        }
+    }
+}
+
 /// The recorders of the render stages, one set per rendering thread.
 struct RenderRecorders {
     transfer_in: crate::observe::stats::Recorder,
+    decode: crate::observe::stats::Recorder,
     compute: crate::observe::stats::Recorder,
     transfer_out: crate::observe::stats::Recorder,
 }
@@ -597,6 +646,7 @@ impl RenderRecorders {
     fn new(ctx: &Context) -> Self {
         RenderRecorders {
             transfer_in: ctx.stats.recorder(StageId::TransferIn),
+            decode: ctx.stats.recorder(StageId::GpuDecode),
             compute: ctx.stats.recorder(StageId::Compute),
             transfer_out: ctx.stats.recorder(StageId::TransferOut),
         }
@@ -620,6 +670,9 @@ fn render_job(
             if !t.transfer_in.is_zero() {
                 rec.transfer_in.record(t.transfer_in);
             }
+            if !t.decode.is_zero() {
+                rec.decode.record(t.decode);
+            }
             rec.compute.record(t.compute);
             if !t.transfer_out.is_zero() {
                 rec.transfer_out.record(t.transfer_out);
@@ -629,11 +682,15 @@ fn render_job(
                 // wall-clock interval (the CPU backend has compute only).
                 let end = Instant::now();
                 let t_in = (start + t.transfer_in).min(end);
-                let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_in).max(t_in);
+                let t_dec = (t_in + t.decode).min(end);
+                let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_dec).max(t_dec);
                 if !t.transfer_in.is_zero() {
                     tr.span(StageId::TransferIn, &job.label, start, t_in);
                 }
-                tr.span(StageId::Compute, &job.label, t_in, t_out);
+                if !t.decode.is_zero() {
+                    tr.span(StageId::GpuDecode, &job.label, t_in, t_dec);
+                }
+                tr.span(StageId::Compute, &job.label, t_dec, t_out);
                 if !t.transfer_out.is_zero() {
                     tr.span(StageId::TransferOut, &job.label, t_out, end);
                 }
