@@ -714,6 +714,28 @@ fn dicom_output_is_valid_secondary_capture_and_renders_back_to_the_same_pixels()
             .trim(),
         text(&source, tags::SOP_INSTANCE_UID)
     );
+    // Resuming keeps complete DICOM outputs of the right size; a truncated one is redone.
+    let report = root.join("resume.json");
+    let full = std::fs::read(dcm_out.join("ct/IM00002.dcm")).unwrap();
+    std::fs::write(dcm_out.join("ct/IM00002.dcm"), &full[..full.len() / 2]).unwrap();
+    render(
+        &input,
+        &dcm_out,
+        &[
+            &["--window", "40,400", "--format", "dcm", "--skip-existing"],
+            ops,
+            &["--report", s(&report)],
+        ]
+        .concat(),
+    );
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(
+        r["result"]["totals"]["frames_existing"], 4,
+        "{}",
+        r["result"]["totals"]
+    );
+    assert_eq!(r["result"]["totals"]["frames_written"], 1);
+    assert_eq!(std::fs::read(dcm_out.join("ct/IM00002.dcm")).unwrap(), full);
     // Running again writes the same UIDs (derived, not random).
     let rerun = root.join("rerun");
     render(
@@ -862,5 +884,19 @@ fn operators_write_the_same_bytes_in_every_layout_with_outputs_larger_than_input
     }
     let img = png(&root.join("o--layoutshared").join("wide.png"));
     assert_eq!((img.w, img.h), (18, 75));
+    // Resuming recognizes the outputs by the operators' size: nothing is rendered again.
+    let report = root.join("resume.json");
+    render(
+        &input,
+        &root.join("o--layoutshared"),
+        &[ops, &["--skip-existing", "--report", s(&report)]].concat(),
+    );
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(
+        r["result"]["totals"]["frames_existing"], 7,
+        "{}",
+        r["result"]["totals"]
+    );
+    assert_eq!(r["result"]["totals"]["frames_written"], 0);
     std::fs::remove_dir_all(&root).unwrap();
 }

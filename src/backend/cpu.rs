@@ -40,6 +40,7 @@ impl Backend for CpuBackend {
             devices: vec![format!("{} CPU threads", crate::host::available_cores())],
             transfer: "none".into(),
             reason: self.reason.clone(),
+            decode: Vec::new(),
         }
     }
 
@@ -74,13 +75,27 @@ pub struct CpuRenderer {
     /// The rendering before the operators.
     rendered: Vec<u8>,
     /// The operators' buffers.
-    scratch: ops::Scratch,
+    op_scratch: ops::Scratch,
     op_tables: Option<(Operators, OpTables)>,
+    /// Decoded values and codec scratch for frames that arrive compressed.
+    decoded: Vec<u8>,
+    scratch: Vec<u8>,
 }
 
 impl RenderWorker for CpuRenderer {
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
         let start = Instant::now();
+        if let Some(encoded) = &plan.encoded {
+            // A frame left compressed for a GPU that is not rendering it (warm start, or a
+            // frame the GPU codec refused): decode it here, in place.
+            crate::decode::compressed::decode_slot_on_cpu(
+                encoded,
+                slot,
+                &mut self.decoded,
+                &mut self.scratch,
+            )
+            .map_err(RenderError::Decode)?;
+        }
         let input = slot.input.bytes(plan.input_bytes());
         let out = slot.output.bytes_mut(plan.output_bytes());
         let window = self.render_bytes(plan, input, out)?;
@@ -127,7 +142,7 @@ impl CpuRenderer {
                     plan.channels(),
                     &rendered,
                     out,
-                    &mut self.scratch,
+                    &mut self.op_scratch,
                 );
             }
         }

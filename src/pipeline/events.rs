@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::backend::BackendInfo;
 use crate::error::Stage;
 use crate::observe::stats::{ErrorEntry, Stats};
+use crate::paths::Escaped;
 use crate::pipeline::Sizing;
 use crate::render::plan::Window;
 
@@ -99,6 +100,7 @@ pub enum FileStatus {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct OutputRecord {
     pub frame: u32,
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub path: PathBuf,
     pub bytes: u64,
     /// True when the file already existed and was kept (`--skip-existing`).
@@ -120,6 +122,7 @@ pub struct FailureRecord {
 /// What happened to one input file.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct FileRecord {
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub path: PathBuf,
     pub status: FileStatus,
     /// Reason for a skip.
@@ -275,7 +278,7 @@ impl Collector {
             stage: stage.name().into(),
             reason: reason.into(),
         });
-        tracing::warn!(path = %path.display(), %stage, "{reason}");
+        tracing::warn!(path = %Escaped(path), %stage, "{reason}");
         if self.fail_fast {
             self.cancel.store(true, Ordering::Relaxed);
         }
@@ -293,7 +296,7 @@ impl Collector {
         match event {
             Event::Skipped { path, reason } => {
                 t.files_skipped.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(path = %path.display(), "skipped: {reason}");
+                tracing::debug!(path = %Escaped(&path), "skipped: {reason}");
                 let mut r = FileRecord::new(path);
                 r.skip_reason = Some(reason);
                 self.others.push(r);

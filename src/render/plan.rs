@@ -2,10 +2,10 @@
 //! transform, VOI, polarity, or colour model). Built from the header and the user's settings;
 //! executed by a backend (CPU reference or CUDA), which must produce identical bytes.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use std::collections::BTreeMap;
-
+use crate::decode::compressed::EncodedFrame;
 use crate::decode::info::{ImageInfo, Photometric};
 use crate::decode::lut::Lut;
 use crate::render::frames::FrameSelection;
@@ -145,6 +145,10 @@ pub struct FramePlan {
     /// Operators applied to the rendering (resize, rotation, flips, inversion); `None` when
     /// the rendering is the output. The output's size is theirs ([`FramePlan::out_rows`]).
     pub ops: Option<Operators>,
+    /// `Some` when the slot's input holds the frame's compressed codestream instead of its
+    /// stored values: the backend decodes it first (a GPU codec, or the CPU decoder of its
+    /// transfer syntax), then applies `chain` to the decoded values.
+    pub encoded: Option<EncodedFrame>,
 }
 
 impl FramePlan {
@@ -357,6 +361,7 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
         cols: info.cols,
         chain,
         ops: opts.ops.resolve(info.cols, info.rows)?,
+        encoded: None,
     })
 }
 
