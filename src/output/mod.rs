@@ -4,3 +4,4 @@ pub mod atomic;
 pub mod encode;
 pub mod naming;
 pub mod png;
+pub mod zlib;
