@@ -41,6 +41,37 @@ pub enum BenchCommand {
     Transfer(TransferArgs),
     /// PNG compression × filter: time and size per rendered phantom slice (best of N).
     Encode(EncodeArgs),
+    /// GPU encoders (nvCOMP PNG, nvJPEG) against the CPU's: time, sustained rate, size,
+    /// identical pixels / PSNR, and the layout of nvCOMP's streams.
+    GpuEncode(GpuEncodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpuEncodeArgs {
+    /// Square slice sizes.
+    #[arg(long, value_delimiter = ',', default_value = "512,2000")]
+    pub sizes: Vec<u32>,
+    /// Distinct phantom slices per size.
+    #[arg(long, default_value_t = 8)]
+    pub slices: usize,
+    /// Streams (threads) of the sustained runs.
+    #[arg(long, default_value_t = 4)]
+    pub streams: usize,
+    /// Slices per stream in the sustained runs.
+    #[arg(long, default_value_t = 200)]
+    pub rounds: usize,
+    /// nvCOMP Deflate/Gzip algorithms to try (0 fastest .. 5 smallest).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2,4")]
+    pub algorithms: Vec<i32>,
+    /// Folder for sample outputs (GPU PNG and JPEG, raw nvCOMP chunks).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Folder searched first for libnvcomp / libnvjpeg (as `gpu.library_path`).
+    #[arg(long)]
+    pub library_path: Option<std::path::PathBuf>,
+    /// Device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
 }
 
 #[derive(Debug, Args)]

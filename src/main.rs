@@ -155,6 +155,22 @@ fn run(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError> {
             print!("{table}");
             Ok(0)
         }
+        Command::Bench(cli::BenchCommand::GpuEncode(a)) => {
+            let opts = dicomflow::backend::cuda::encode_bench::GpuEncodeBenchOptions {
+                sizes: a.sizes,
+                slices: a.slices,
+                streams: a.streams.max(1),
+                rounds: a.rounds.max(1),
+                algorithms: a.algorithms,
+                out: a.out,
+                library_path: a.library_path,
+                device: a.device,
+            };
+            let table = dicomflow::backend::cuda::encode_bench::run(&opts)
+                .map_err(FatalError::Backend)?;
+            print!("{table}");
+            Ok(0)
+        }
         Command::Bench(cli::BenchCommand::Encode(a)) => {
             let table =
                 dicomflow::bench::encode_table(&a.sizes, a.iters).map_err(FatalError::Other)?;

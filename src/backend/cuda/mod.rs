@@ -8,7 +8,11 @@
 
 pub mod bench;
 pub mod driver;
+pub mod encode;
+pub mod encode_bench;
 pub mod libs;
+pub mod nvcomp;
+pub mod nvjpeg;
 pub mod nvrtc;
 pub mod pinned;
 mod worker;

@@ -220,6 +220,8 @@ pub struct JpegEncoder {
     lib: std::sync::Arc<Nvjpeg>,
     state: EncoderState,
     params: EncoderParams,
+    /// The worker's stream (kept alive as long as the state bound to it).
+    owner: std::sync::Arc<super::driver::Stream>,
     stream: CUstream,
     /// The sampling last set (0xff = none yet).
     sampling: i32,
@@ -233,9 +235,10 @@ impl JpegEncoder {
     /// encoder, the `image` crate, writes). The stream's context must be current.
     pub fn new(
         lib: std::sync::Arc<Nvjpeg>,
-        stream: CUstream,
+        owner: &std::sync::Arc<super::driver::Stream>,
         quality: u8,
     ) -> Result<JpegEncoder, NvjpegError> {
+        let stream = owner.raw();
         let f = &lib.fns;
         let mut state: EncoderState = std::ptr::null_mut();
         // SAFETY: valid handle and out pointer; destroyed in Drop.
@@ -255,6 +258,7 @@ impl JpegEncoder {
             } else {
                 std::ptr::null_mut()
             },
+            owner: owner.clone(),
             stream,
             sampling: -1,
         };
@@ -301,14 +305,15 @@ impl JpegEncoder {
         };
         image.channel[0] = pixels as *mut u8;
         image.pitch[0] = pitch;
-        let f = &self.lib.fns;
+        let lib = self.lib.clone();
+        let f = &lib.fns;
         if channels == 1 {
             self.set_sampling(CSS_GRAY)?;
             // SAFETY: handle, state and params live; the image plane is valid device memory
             // (caller's contract).
             check("nvjpegEncodeYUV", unsafe {
                 (f.encode_yuv)(
-                    self.lib.handle,
+                    lib.handle,
                     self.state,
                     self.params,
                     &image,
@@ -326,7 +331,7 @@ impl JpegEncoder {
             // SAFETY: as above.
             check("nvjpegEncodeImage", unsafe {
                 (f.encode_image)(
-                    self.lib.handle,
+                    lib.handle,
                     self.state,
                     self.params,
                     &image,
@@ -352,6 +357,13 @@ impl JpegEncoder {
                 self.stream,
             )
         })?;
+        // NVIDIA's sample synchronizes between the length query and the copy.
+        self.owner
+            .synchronize()
+            .map_err(|_| NvjpegError {
+                call: "cuStreamSynchronize",
+                status: 6,
+            })?;
         Ok(len)
     }
 
@@ -375,6 +387,7 @@ impl JpegEncoder {
 
 impl Drop for JpegEncoder {
     fn drop(&mut self) {
+        let _ = self.owner.device.bind();
         let f = &self.lib.fns;
         // SAFETY: created in new, destroyed once each.
         unsafe {
