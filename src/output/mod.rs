@@ -3,5 +3,6 @@
 pub mod atomic;
 pub mod encode;
 pub mod naming;
+pub mod options;
 pub mod png;
 pub mod zlib;

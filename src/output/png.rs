@@ -11,7 +11,7 @@
 //! The split also lets the GPU filter rows (kernels/png_filter.cu): the writer then only
 //! deflates.
 
-use crate::config::PngFilter;
+use crate::output::options::PngFilter;
 
 /// PNG row filter types, as written in each row's first byte.
 const NONE: u8 = 0;
@@ -552,6 +552,30 @@ mod tests {
         z
     }
 
+    /// The zlib stream the GPU encoder makes: the filtered rows in one gzip member (here from
+    /// flate2), rewritten to zlib with the Adler-32 combined from 64 KiB chunks.
+    fn zlib_from_member(width: u32, channels: usize, px: &[u8]) -> Vec<u8> {
+        use crate::output::zlib;
+        use std::io::Write;
+        let mut filtered = Vec::new();
+        filter_rows(
+            PngFilter::Adaptive,
+            px,
+            width as usize * channels,
+            channels,
+            &mut filtered,
+        );
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&filtered).unwrap();
+        let member = e.finish().unwrap();
+        let adler = filtered.chunks(65_536).fold(1, |a, c| {
+            zlib::adler32_combine(a, zlib::adler32(c), c.len() as u64)
+        });
+        let mut z = Vec::new();
+        zlib::zlib_from_gzip(&member, filtered.len() as u64, adler, 0, &mut z).unwrap();
+        z
+    }
+
     /// Pixels Pillow decodes from `path` (None when Python or Pillow is missing: CI installs
     /// them, .ci/run).
     fn pillow_pixels(path: &std::path::Path) -> Option<Vec<u8>> {
@@ -589,7 +613,7 @@ mod tests {
     }
 
     #[test]
-    fn png_from_stitched_pieces_decodes_in_png_image_pillow_and_pngcheck() {
+    fn png_from_joined_streams_decodes_in_png_image_pillow_and_pngcheck() {
         let dir = crate::scratch_dir("png-from-zlib");
         let mut skipped = Vec::new();
         for (kind, w, h, channels, chunk) in [
@@ -598,12 +622,19 @@ mod tests {
             (4, 130, 33, 1, 1000),
             (2, 64, 64, 3, 4096),
             (3, 300, 200, 1, 65_536),
+            // chunk 0: one gzip member, the GPU encoder's route.
+            (0, 700, 400, 1, 0),
+            (1, 301, 77, 3, 0),
         ] {
             let px = image(kind, w, h, channels);
-            let z = zlib_from_pieces(w as u32, channels, &px, chunk);
+            let z = if chunk == 0 {
+                zlib_from_member(w as u32, channels, &px)
+            } else {
+                zlib_from_pieces(w as u32, channels, &px, chunk)
+            };
             let mut bytes = Vec::new();
             png_from_zlib(&mut bytes, w as u32, h as u32, channels, &z).unwrap();
-            let what = format!("image {kind}, {w}x{h}x{channels}, pieces of {chunk}");
+            let what = format!("image {kind}, {w}x{h}x{channels}, pieces of {chunk} (0: gzip)");
 
             let mut dec = png::Decoder::new(std::io::Cursor::new(&bytes))
                 .read_info()

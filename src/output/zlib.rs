@@ -9,8 +9,10 @@
 //! is decoded into memory. The Adler-32 of the whole is combined from the pieces' checksums
 //! ([`adler32_combine`], zlib's formula), so no pass over the uncompressed data is needed here.
 //!
-//! The CPU twin of `kernels/deflate.cu` (which does the same on the GPU) and its reference in
-//! tests; also what assembles streams from other encoders in the unit tests.
+//! The GPU encoder takes another route to one stream (nvCOMP's gzip compressor joins its parts
+//! itself, the same way); [`zlib_from_gzip`] is the CPU twin of its gzip-to-zlib rewrite
+//! (`kernels/zlib.cu`). [`stitch`] is how separately compressed chunks (nvCOMP's batched
+//! Deflate, measured slower) are joined, and both assemble other encoders' streams in the tests.
 
 /// Why a deflate piece cannot be stitched.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +35,9 @@ pub enum ZlibError {
     /// Bytes follow the final block.
     #[error("deflate stream: {0} bytes after the final block")]
     TrailingBytes(usize),
+    /// Not a gzip member with a bare 10-byte header and an ISIZE of the expected length.
+    #[error("gzip member: {0}")]
+    Gzip(&'static str),
 }
 
 /// Where a complete deflate stream's final block starts and ends.
@@ -97,6 +102,34 @@ pub fn empty_stored_block(used: u32) -> &'static [u8] {
     } else {
         &LONG
     }
+}
+
+/// The zlib stream of a gzip member (RFC 1952) of `total` input bytes whose Adler-32 is
+/// `adler`: the zlib header of `level` ([`zlib_header`]), the member's Deflate body, the
+/// checksum. Only a bare 10-byte header (FLG 0, as nvCOMP writes) is taken, and ISIZE must be
+/// `total` (mod 2^32), so a stream of several members is refused rather than cut short.
+pub fn zlib_from_gzip(
+    member: &[u8],
+    total: u64,
+    adler: u32,
+    level: u8,
+    out: &mut Vec<u8>,
+) -> Result<(), ZlibError> {
+    if member.len() < 18 || member[..3] != [0x1f, 0x8b, 8] {
+        return Err(ZlibError::Gzip("not a gzip member of Deflate data"));
+    }
+    if member[3] != 0 {
+        return Err(ZlibError::Gzip("header has optional fields"));
+    }
+    let trailer = &member[member.len() - 8..];
+    let isize = u32::from_le_bytes([trailer[4], trailer[5], trailer[6], trailer[7]]);
+    if u64::from(isize) != total & 0xffff_ffff {
+        return Err(ZlibError::Gzip("ISIZE is not the input size"));
+    }
+    out.extend_from_slice(&zlib_header(level));
+    out.extend_from_slice(&member[10..member.len() - 8]);
+    out.extend_from_slice(&adler.to_be_bytes());
+    Ok(())
 }
 
 /// Appends to `out` one raw deflate stream made of `pieces`, each a complete deflate stream
@@ -566,6 +599,42 @@ mod tests {
             }
         }
         assert_eq!(seen, [true; 8]);
+    }
+
+    #[test]
+    fn gzip_members_become_zlib_streams() {
+        let input = data(1, 150_000);
+        for level in [0, 1, 6, 9] {
+            let mut e =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
+            e.write_all(&input).unwrap();
+            let member = e.finish().unwrap();
+            // The checksum combined from 64 KiB chunks, as the GPU computes it.
+            let adler = input
+                .chunks(65_536)
+                .fold(1, |a, c| adler32_combine(a, adler32(c), c.len() as u64));
+            let mut z = Vec::new();
+            zlib_from_gzip(&member, input.len() as u64, adler, 0, &mut z).unwrap();
+            assert_eq!(inflate_zlib(&z), input, "level {level}");
+            assert_eq!(z.len(), member.len() - 12);
+        }
+        let mut e = flate2::GzBuilder::new()
+            .filename("x")
+            .write(Vec::new(), flate2::Compression::fast());
+        e.write_all(b"abc").unwrap();
+        let named = e.finish().unwrap();
+        let mut z = Vec::new();
+        assert!(zlib_from_gzip(&named, 3, adler32(b"abc"), 0, &mut z).is_err());
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(b"abc").unwrap();
+        let bare = e.finish().unwrap();
+        // Two members: the second's ISIZE is not the whole input's.
+        let two = [bare.clone(), bare.clone()].concat();
+        assert_eq!(
+            zlib_from_gzip(&two, 6, adler32(b"abcabc"), 0, &mut z),
+            Err(ZlibError::Gzip("ISIZE is not the input size"))
+        );
+        assert!(zlib_from_gzip(&bare[..10], 3, 1, 0, &mut z).is_err());
     }
 
     #[test]

@@ -2,26 +2,26 @@
 //! become one zlib stream in device memory, ready to be copied into the output slot; the
 //! writer only wraps it in the PNG container (`output::png::png_from_zlib`) and writes it.
 //!
-//! nvCOMP compresses; two of its formats can make the Deflate data (`Format`):
-//! - **Deflate**, batched: the rows in 64 KiB chunks compressed independently, each a complete
-//!   Deflate stream ending in a final block. `deflate_pieces` (kernels/deflate.cu) walks each
-//!   chunk to find its final block, and `zlib_pack` joins them as `output::zlib::stitch` does.
-//! - **Gzip**, one member for the whole slice (nvCOMP splits and joins internally);
-//!   `gzip_piece` finds the Deflate body between the gzip header and trailer.
-//!
-//! Either way `adler32_chunks` sums the rows in 64 KiB chunks and `zlib_pack` combines the
-//! checksums, writes the zlib header, the Deflate data and the Adler-32 into one buffer, its
-//! length in front (or ~0 when a chunk failed or the stream would not fit the slot: the caller
-//! then encodes on the CPU).
+//! nvCOMP's batched Gzip compressor takes the whole slice as one chunk and writes one gzip
+//! member: it splits the data internally, compresses the parts in parallel and joins them into
+//! one Deflate stream with empty stored blocks (`bench gpu-encode` prints the layout). nvCOMP's
+//! batched Deflate compressor was measured too: its 64 KiB chunks each end in a final block
+//! and must be walked to be joined (`output::zlib::stitch`), which on the GPU cost 8–21 ms per
+//! slice against 0.05–0.8 for the gzip route, whose compression was also faster (2.5 against
+//! 4.5 ms per 2000² slice); see BENCHMARKS.md. The member is compressed straight into the
+//! packed buffer, where `gzip_to_zlib` (kernels/zlib.cu) turns its 10-byte header into the
+//! length word and the zlib header and its CRC-32 into the Adler-32, which `adler32_chunks`
+//! computed in 64 KiB chunks and which is combined as zlib's `adler32_combine` does: the
+//! Deflate body never moves.
 
 use std::sync::Arc;
 
 use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
 use super::nvcomp::{Format, Nvcomp};
 
-/// nvCOMP's recommended (and largest) Deflate chunk; also the Adler-32 chunk.
+/// The Adler-32 chunk (any size below 2^24 works; 64 KiB makes one block per chunk).
 pub const CHUNK: usize = 64 << 10;
-/// What `zlib_pack` writes before the stream: its length.
+/// What `gzip_to_zlib` writes before the stream: its length.
 pub const PACKED_HEADER: usize = 8;
 
 /// The encoder kernels.
@@ -29,92 +29,76 @@ pub const PACKED_HEADER: usize = 8;
 struct Kernels {
     setup: Function,
     adler: Function,
-    pieces: Function,
-    gzip_piece: Function,
-    pack: Function,
+    to_zlib: Function,
     copy_packed: Function,
 }
 
 impl Kernels {
     fn load(m: &Module) -> Result<Kernels, CudaError> {
         Ok(Kernels {
-            setup: m.function(c"deflate_setup")?,
+            setup: m.function(c"gzip_setup")?,
             adler: m.function(c"adler32_chunks")?,
-            pieces: m.function(c"deflate_pieces")?,
-            gzip_piece: m.function(c"gzip_piece")?,
-            pack: m.function(c"zlib_pack")?,
+            to_zlib: m.function(c"gzip_to_zlib")?,
             copy_packed: m.function(c"copy_packed")?,
         })
     }
 }
 
-/// Byte offsets of the per-chunk tables inside one device buffer.
+/// Byte offsets of the small tables inside one device buffer, each 256-byte aligned: nvCOMP's
+/// one-entry arrays (input pointer and size, output pointer and size, status) and the chunks'
+/// Adler-32.
 struct Tables {
-    in_ptrs: usize,
-    in_sizes: usize,
-    out_ptrs: usize,
-    out_sizes: usize,
-    nv_status: usize,
-    pieces: usize,
+    in_ptr: usize,
+    in_size: usize,
+    out_ptr: usize,
+    out_size: usize,
     status: usize,
     adler: usize,
     len: usize,
 }
 
 impl Tables {
-    /// `n` compressed chunks, `adler_chunks` checksum chunks; every table 256-byte aligned.
-    fn new(n: usize, adler_chunks: usize) -> Tables {
-        let mut at = 0usize;
-        let mut next = |bytes: usize| {
-            let here = at;
-            at += bytes.div_ceil(256) * 256;
-            here
-        };
-        let t = Tables {
-            in_ptrs: next(8 * n),
-            in_sizes: next(8 * n),
-            out_ptrs: next(8 * n),
-            out_sizes: next(8 * n),
-            nv_status: next(4 * n),
-            pieces: next(32 * n),
-            status: next(4 * n),
-            adler: next(4 * adler_chunks),
-            len: 0,
-        };
-        Tables { len: at, ..t }
+    fn new(adler_chunks: usize) -> Tables {
+        Tables {
+            in_ptr: 0,
+            in_size: 256,
+            out_ptr: 512,
+            out_size: 768,
+            status: 1024,
+            adler: 1280,
+            len: 1280 + (4 * adler_chunks).div_ceil(256) * 256,
+        }
     }
 }
 
 /// nvCOMP's algorithm for a PNG compression level, and the zlib header level that says so.
-/// nvCOMP 6 documents: 0 entropy-only (fastest), 1 high throughput / low ratio (its default),
-/// 2 medium ratio ("beats zlib level 1"), 4 higher ratio ("beats zlib level 6"), 5 highest.
-pub fn algorithm_for(compression: crate::config::PngCompression) -> (i32, u8) {
-    use crate::config::PngCompression as C;
+/// nvCOMP 6 documents 0 entropy-only (fastest), 1 high throughput / low ratio (its default),
+/// 2 medium ("beats zlib level 1"), 4 higher ("beats zlib level 6"), 5 highest. Measured on
+/// phantom CT rows (BENCHMARKS.md): 0 makes files 1.28–1.32× the CPU's `fast`, 1 0.91–0.96×,
+/// 2 0.88–0.90× (close to the CPU's `balanced`), 4 0.95× at 15–20× the time of 2; so `fast`
+/// is 1 and `balanced` and `best` are both 2.
+pub fn algorithm_for(compression: crate::output::options::PngCompression) -> (i32, u8) {
+    use crate::output::options::PngCompression as C;
     match compression {
         C::None | C::Fast => (1, 0),
-        C::Balanced => (2, 1),
-        C::Best => (4, 3),
+        C::Balanced | C::Best => (2, 1),
     }
 }
 
 /// One worker's GPU PNG compressor (it owns scratch device memory on the worker's stream).
 pub struct GpuPng {
     nvcomp: Arc<Nvcomp>,
-    pub format: Format,
     pub algorithm: i32,
     zlib_level: u8,
     k: Kernels,
     stream: Arc<Stream>,
     tables: Option<DeviceBuffer>,
-    compressed: Option<DeviceBuffer>,
     temp: Option<DeviceBuffer>,
-    /// (chunks, largest chunk, total) the temp size was asked for, and the answer.
-    temp_for: Option<((usize, usize, usize), usize)>,
+    /// The input size the temp size was asked for, and the answer.
+    temp_for: Option<(usize, usize)>,
     packed: Option<DeviceBuffer>,
-    /// Output room per chunk for the largest chunk size seen: (chunk, room).
-    max_out: Option<(usize, usize)>,
-    /// Chunks, room per chunk and checksum chunks of the last `queue`.
-    last: Option<(usize, usize, usize)>,
+    /// nvCOMP's output room for an input size: (size, room).
+    room_for: Option<(usize, usize)>,
 }
 
 impl GpuPng {
@@ -122,135 +106,108 @@ impl GpuPng {
         nvcomp: Arc<Nvcomp>,
         module: &Module,
         stream: Arc<Stream>,
-        format: Format,
         algorithm: i32,
         zlib_level: u8,
     ) -> Result<GpuPng, String> {
         let k = Kernels::load(module).map_err(|e| e.to_string())?;
-        // Device buffers are 256-byte aligned, chunks 64 KiB apart: check that nvCOMP asks no
-        // more.
+        // Device buffers are 256-byte aligned: check that nvCOMP asks no more.
         let a = nvcomp
-            .alignments(format, algorithm)
+            .alignments(Format::Gzip, algorithm)
             .map_err(|e| e.to_string())?;
         if a.input > 256 || a.output > 256 || a.temp > 256 {
             return Err(format!("nvCOMP wants alignments {a:?}, more than 256 bytes"));
         }
         Ok(GpuPng {
             nvcomp,
-            format,
             algorithm,
             zlib_level,
             k,
             stream,
             tables: None,
-            compressed: None,
             temp: None,
             temp_for: None,
             packed: None,
-            max_out: None,
-            last: None,
+            room_for: None,
         })
-    }
-
-    fn max_out(&mut self, chunk: usize) -> Result<usize, String> {
-        if let Some((c, room)) = self.max_out {
-            if c >= chunk {
-                return Ok(room);
-            }
-        }
-        let room = self
-            .nvcomp
-            .max_output_bytes(self.format, self.algorithm, chunk)
-            .map_err(|e| e.to_string())?
-            .div_ceil(256)
-            * 256;
-        self.max_out = Some((chunk, room));
-        Ok(room)
     }
 
     /// Queues on the worker's stream the compression of `len` bytes of filtered rows at device
     /// address `rows` into this encoder's packed buffer (length word, then the zlib stream;
     /// ~0 when it would not fit `cap` bytes), and returns that buffer's device address.
-    /// `marks`, when given, are recorded after compression and after the pack.
+    /// `compressed`, when given, is recorded after nvCOMP's work (the rest is the checksum and
+    /// the rewrite).
     pub fn queue(
         &mut self,
         rows: u64,
         len: usize,
         cap: usize,
-        marks: Option<(&Event, &Event)>,
+        compressed: Option<&Event>,
     ) -> Result<u64, String> {
         let cuda = |e: CudaError| e.to_string();
-        let (n, chunk) = match self.format {
-            Format::Deflate => (len.div_ceil(CHUNK).max(1), CHUNK.min(len.max(1))),
-            Format::Gzip => (1, len.max(1)),
+        let nv = |e: super::nvcomp::NvcompError| e.to_string();
+        let len = len.max(1);
+        let room = match self.room_for {
+            Some((l, room)) if l == len => room,
+            _ => {
+                let room = self
+                    .nvcomp
+                    .max_output_bytes(Format::Gzip, self.algorithm, len)
+                    .map_err(nv)?;
+                self.room_for = Some((len, room));
+                room
+            }
         };
-        let adler_chunks = len.div_ceil(CHUNK).max(1);
-        let room = self.max_out(chunk)?;
-        let t = Tables::new(n, adler_chunks);
-        let stream = self.stream.clone();
-        let tables = driver::ensure_buffer(&mut self.tables, &stream, t.len).map_err(cuda)?;
-        let compressed =
-            driver::ensure_buffer(&mut self.compressed, &stream, n * room).map_err(cuda)?;
-        let key = (n, chunk, len);
         let temp_bytes = match self.temp_for {
-            Some((k, bytes)) if k == key => bytes,
+            Some((l, bytes)) if l == len => bytes,
             _ => {
                 let bytes = self
                     .nvcomp
-                    .temp_bytes(self.format, self.algorithm, n, chunk, len)
-                    .map_err(|e| e.to_string())?;
-                self.temp_for = Some((key, bytes));
+                    .temp_bytes(Format::Gzip, self.algorithm, 1, len, len)
+                    .map_err(nv)?;
+                self.temp_for = Some((len, bytes));
                 bytes
             }
         };
+        let adler_chunks = len.div_ceil(CHUNK);
+        let t = Tables::new(adler_chunks);
+        let stream = self.stream.clone();
+        let tables = driver::ensure_buffer(&mut self.tables, &stream, t.len).map_err(cuda)?;
         let temp = driver::ensure_buffer(&mut self.temp, &stream, temp_bytes).map_err(cuda)?;
-        let packed =
-            driver::ensure_buffer(&mut self.packed, &stream, cap.div_ceil(16) * 16 + 16)
-                .map_err(cuda)?;
+        // Room for nvCOMP's worst case and for the 16-byte copy of up to `cap` bytes.
+        let packed_len = room.max(cap).div_ceil(16) * 16 + 16;
+        let packed = driver::ensure_buffer(&mut self.packed, &stream, packed_len).map_err(cuda)?;
         let at = |offset: usize| tables + offset as u64;
-        self.last = Some((n, room, adler_chunks));
 
         let args = Args::default()
             .u64(rows)
             .u64(len as u64)
-            .u64(chunk as u64)
-            .u64(compressed)
-            .u64(room as u64)
-            .u32(n as u32)
-            .u64(at(t.in_ptrs))
-            .u64(at(t.in_sizes))
-            .u64(at(t.out_ptrs));
-        driver::launch(
-            self.k.setup,
-            (n as u32).div_ceil(256),
-            256,
-            0,
-            &stream,
-            args,
-        )
-        .map_err(cuda)?;
-        // SAFETY: every table and buffer was just sized for n chunks of at most `chunk` bytes
-        // (outputs `room` apart, temp as nvCOMP asked), all on this stream, and they outlive
-        // the work: they are freed (stream-ordered) only when replaced or dropped.
+            .u64(packed)
+            .u64(at(t.in_ptr))
+            .u64(at(t.in_size))
+            .u64(at(t.out_ptr));
+        driver::launch(self.k.setup, 1, 32, 0, &stream, args).map_err(cuda)?;
+        // SAFETY: the one-entry tables, the temp buffer (nvCOMP's size for this input) and the
+        // packed buffer (nvCOMP's worst-case output for it) were sized above on this stream and
+        // live until replaced or dropped, both stream-ordered after this work.
         unsafe {
             self.nvcomp.compress_async(
-                self.format,
+                Format::Gzip,
                 self.algorithm,
-                at(t.in_ptrs),
-                at(t.in_sizes),
-                chunk,
-                n,
+                at(t.in_ptr),
+                at(t.in_size),
+                len,
+                1,
                 temp,
                 temp_bytes,
-                at(t.out_ptrs),
-                at(t.out_sizes),
-                at(t.nv_status),
+                at(t.out_ptr),
+                at(t.out_size),
+                at(t.status),
                 stream.raw(),
             )
         }
-        .map_err(|e| e.to_string())?;
-        if let Some((compressed_mark, _)) = marks {
-            compressed_mark.record(&stream).map_err(cuda)?;
+        .map_err(nv)?;
+        if let Some(mark) = compressed {
+            mark.record(&stream).map_err(cuda)?;
         }
         let args = Args::default()
             .u64(rows)
@@ -258,53 +215,18 @@ impl GpuPng {
             .u32(CHUNK as u32)
             .u64(at(t.adler));
         driver::launch(self.k.adler, adler_chunks as u32, 256, 0, &stream, args).map_err(cuda)?;
-        match self.format {
-            Format::Deflate => {
-                let args = Args::default()
-                    .u64(at(t.out_ptrs))
-                    .u64(at(t.out_sizes))
-                    .u64(at(t.nv_status))
-                    .u32(n as u32)
-                    .u64(at(t.pieces))
-                    .u64(at(t.status));
-                driver::launch(
-                    self.k.pieces,
-                    (n as u32).div_ceil(32),
-                    32,
-                    0,
-                    &stream,
-                    args,
-                )
-                .map_err(cuda)?;
-            }
-            Format::Gzip => {
-                let args = Args::default()
-                    .u64(compressed)
-                    .u64(at(t.out_sizes))
-                    .u64(at(t.nv_status))
-                    .u64(len as u64)
-                    .u64(at(t.pieces))
-                    .u64(at(t.status));
-                driver::launch(self.k.gzip_piece, 1, 32, 0, &stream, args).map_err(cuda)?;
-            }
-        }
         let header = crate::output::zlib::zlib_header(self.zlib_level);
         let args = Args::default()
-            .u64(at(t.out_ptrs))
-            .u64(at(t.pieces))
+            .u64(packed)
+            .u64(at(t.out_size))
             .u64(at(t.status))
-            .u32(n as u32)
+            .u64(len as u64)
             .u64(at(t.adler))
             .u32(adler_chunks as u32)
             .u64(CHUNK as u64)
-            .u64(len as u64)
             .u32(u32::from(header[0]) << 8 | u32::from(header[1]))
-            .u64(packed)
             .u64(cap as u64);
-        driver::launch(self.k.pack, n as u32, 256, 0, &stream, args).map_err(cuda)?;
-        if let Some((_, packed_mark)) = marks {
-            packed_mark.record(&stream).map_err(cuda)?;
-        }
+        driver::launch(self.k.to_zlib, 1, 32, 0, &stream, args).map_err(cuda)?;
         Ok(packed)
     }
 
@@ -319,7 +241,7 @@ impl GpuPng {
         let args = Args::default().u64(packed.ptr()).u64(dst).u64(cap as u64);
         driver::launch(
             self.k.copy_packed,
-            groups.div_ceil(256).clamp(1, 65_535 * 8) as u32,
+            groups.div_ceil(256).clamp(1, 4096) as u32,
             256,
             0,
             &self.stream,
@@ -327,52 +249,9 @@ impl GpuPng {
         )
     }
 
-    /// The compressed chunks of the last [`queue`](Self::queue) as nvCOMP wrote them (Deflate
-    /// streams, or the gzip member). Synchronizes the stream; for `bench gpu-encode`.
-    pub fn debug_chunks(&self) -> Result<Vec<Vec<u8>>, String> {
-        let cuda = |e: CudaError| e.to_string();
-        let (Some((n, room, adler_chunks)), Some(tables), Some(compressed)) =
-            (self.last, self.tables.as_ref(), self.compressed.as_ref())
-        else {
-            return Err("nothing compressed yet".into());
-        };
-        let t = Tables::new(n, adler_chunks);
-        let mut sizes = vec![0u64; n];
-        // SAFETY: sizes holds n u64; the stream is synchronized before they are read.
-        unsafe {
-            driver::copy_dtoh_async(
-                sizes.as_mut_ptr() as *mut u8,
-                tables.ptr() + t.out_sizes as u64,
-                8 * n,
-                &self.stream,
-            )
-            .map_err(cuda)?
-        };
-        self.stream.synchronize().map_err(cuda)?;
-        let mut out = Vec::with_capacity(n);
-        for (i, &len) in sizes.iter().enumerate() {
-            let len = (len as usize).min(room);
-            let mut v = vec![0u8; len];
-            // SAFETY: v holds len bytes, within chunk i's room; synchronized below.
-            unsafe {
-                driver::copy_dtoh_async(
-                    v.as_mut_ptr(),
-                    compressed.ptr() + (i * room) as u64,
-                    len,
-                    &self.stream,
-                )
-                .map_err(cuda)?
-            };
-            out.push(v);
-        }
-        self.stream.synchronize().map_err(cuda)?;
-        Ok(out)
-    }
-
     /// Frees the scratch memory (after an out-of-memory error).
     pub fn release(&mut self) {
         self.tables = None;
-        self.compressed = None;
         self.temp = None;
         self.temp_for = None;
         self.packed = None;
@@ -393,21 +272,11 @@ mod tests {
 
     #[test]
     fn tables_are_aligned_and_disjoint() {
-        let t = Tables::new(62, 62);
-        let offsets = [
-            t.in_ptrs,
-            t.in_sizes,
-            t.out_ptrs,
-            t.out_sizes,
-            t.nv_status,
-            t.pieces,
-            t.status,
-            t.adler,
-        ];
+        let t = Tables::new(62);
+        let offsets = [t.in_ptr, t.in_size, t.out_ptr, t.out_size, t.status, t.adler];
         assert!(offsets.iter().all(|o| o % 256 == 0));
         assert!(offsets.windows(2).all(|w| w[0] < w[1]));
         assert!(t.adler + 4 * 62 <= t.len);
-        assert!(t.pieces + 32 * 62 <= t.status);
     }
 
     #[test]
@@ -421,9 +290,9 @@ mod tests {
 
     #[test]
     fn compression_levels_map_to_nvcomp_algorithms() {
-        use crate::config::PngCompression as C;
+        use crate::output::options::PngCompression as C;
         assert_eq!(algorithm_for(C::Fast), (1, 0));
         assert_eq!(algorithm_for(C::Balanced), (2, 1));
-        assert_eq!(algorithm_for(C::Best), (4, 3));
+        assert_eq!(algorithm_for(C::Best), (2, 1));
     }
 }

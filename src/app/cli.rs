@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use dicomflow::config::{RawConfig, RawGpus};
+use crate::app::config::{RawConfig, RawGpus};
 
 /// DICOM folders to 8-bit images, in real time, on the GPU when one is present.
 #[derive(Debug, Parser)]
@@ -54,13 +54,13 @@ pub struct GpuEncodeArgs {
     /// Distinct phantom slices per size.
     #[arg(long, default_value_t = 8)]
     pub slices: usize,
-    /// Streams (threads) of the sustained runs.
-    #[arg(long, default_value_t = 4)]
-    pub streams: usize,
+    /// Stream counts (threads) of the sustained runs.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+    pub streams: Vec<usize>,
     /// Slices per stream in the sustained runs.
     #[arg(long, default_value_t = 200)]
     pub rounds: usize,
-    /// nvCOMP Deflate/Gzip algorithms to try (0 fastest .. 5 smallest).
+    /// nvCOMP Gzip algorithms to try (0 fastest .. 5 smallest).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,4")]
     pub algorithms: Vec<i32>,
     /// Folder for sample outputs (GPU PNG and JPEG, raw nvCOMP chunks).

@@ -1,26 +1,29 @@
 //! `dicomflow bench gpu-encode`: the GPU encoders against the CPU's, on rendered phantom CT
-//! slices. For PNG, each nvCOMP format and algorithm: time per slice (CUDA events: compression,
-//! then walk + pack), sustained slices/s on several streams, output size against the CPU
-//! encoder's `fast` PNG, whether every file decodes to the same pixels, and what nvCOMP's
-//! streams look like (blocks per chunk, final-block bits, padding), which the joining relies
-//! on. For JPEG, nvJPEG against the `image` crate at the same quality: time, size, PSNR.
-//! Optionally writes sample outputs to a folder.
+//! slices. For PNG, each nvCOMP algorithm: time per slice (CUDA events: nvCOMP's compression,
+//! then the checksum and the gzip-to-zlib rewrite), sustained slices/s on several streams,
+//! output size against the CPU encoder's `fast` PNG, whether every file decodes to the same
+//! pixels, and the layout of the Deflate stream nvCOMP made. For JPEG, nvJPEG against the
+//! `image` crate at the same quality: time, sustained rate, size, PSNR. Optionally writes
+//! sample outputs to a folder.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::driver::{self, Args, CudaError, Device, DeviceBuffer, Event, Module, Stream};
-use super::encode::{packed_len, GpuPng, PACKED_HEADER};
-use super::nvcomp::{Format, Nvcomp};
-use super::nvjpeg::{Chroma, JpegEncoder, Nvjpeg};
-use super::nvrtc;
-use crate::backend::cpu::CpuRenderer;
-use crate::config::{OutputFormat, PngCompression, PngFilter};
-use crate::output::encode::{EncodeOptions, ImageEncoder};
-use crate::output::png::{filter_rows, png_from_zlib};
-use crate::output::zlib;
+use dicomflow::backend::cpu::CpuRenderer;
+use dicomflow::backend::cuda::driver::{
+    self, Args, CudaError, Device, DeviceBuffer, Event, Module, Stream,
+};
+use dicomflow::backend::cuda::encode::{packed_len, GpuPng, PACKED_HEADER};
+use dicomflow::backend::cuda::nvcomp::Nvcomp;
+use dicomflow::backend::cuda::nvjpeg::{Chroma, JpegEncoder, Nvjpeg};
+use dicomflow::backend::cuda::nvrtc;
+use dicomflow::output::encode::{EncodeOptions, ImageEncoder};
+use dicomflow::output::options::{OutputFormat, PngCompression, PngFilter};
+use dicomflow::output::png::{filter_rows, png_from_zlib};
+use dicomflow::output::zlib;
+use dicomflow::source::synth::{phantom_plan, slice_pixels, SynthOptions};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -29,8 +32,8 @@ pub struct GpuEncodeBenchOptions {
     pub sizes: Vec<u32>,
     /// Distinct phantom slices per size.
     pub slices: usize,
-    /// Streams (threads) for the sustained runs.
-    pub streams: usize,
+    /// Stream counts (threads) for the sustained runs.
+    pub streams: Vec<usize>,
     /// Slices each stream encodes in a sustained run.
     pub rounds: usize,
     /// nvCOMP algorithms to try.
@@ -47,8 +50,8 @@ fn e(err: CudaError) -> String {
 
 /// Rendered phantom slices of `size`² (different z, as a series has them).
 fn phantom_series(size: u32, count: usize) -> Result<Vec<Vec<u8>>, String> {
-    let plan = crate::bench::phantom_plan(size);
-    let opts = crate::synth::SynthOptions {
+    let plan = phantom_plan(size);
+    let opts = SynthOptions {
         size,
         slices: count as u32 + 2,
         ..Default::default()
@@ -56,9 +59,10 @@ fn phantom_series(size: u32, count: usize) -> Result<Vec<Vec<u8>>, String> {
     let mut cpu = CpuRenderer::default();
     (0..count)
         .map(|z| {
-            let stored = crate::synth::slice_pixels(&opts, z as u32 + 1);
+            let stored = slice_pixels(&opts, z as u32 + 1);
             let mut out = vec![0u8; plan.output_bytes()];
-            cpu.render_bytes(&plan, &stored, &mut out)?;
+            cpu.render_bytes(&plan, &stored, &mut out)
+                .map_err(|e| e.to_string())?;
             Ok(out)
         })
         .collect()
@@ -150,67 +154,27 @@ fn download(stream: &Stream, src: u64, len: usize) -> Result<Vec<u8>, String> {
 /// One PNG configuration's results.
 struct PngRow {
     size: u32,
-    format: Format,
     algorithm: i32,
     compress_ms: f64,
-    pack_ms: f64,
-    total_ms: f64,
-    per_s: f64,
+    finish_ms: f64,
+    per_s: Vec<f64>,
     bytes: usize,
     cpu_bytes: usize,
     identical: String,
     layout: String,
 }
 
-/// What nvCOMP's chunks look like: how many blocks, which types, whether BFINAL is set on the
-/// last block, where the last block ends within its byte, and whether its padding is zero.
-fn describe_deflate_chunks(chunks: &[Vec<u8>]) -> String {
-    let mut blocks = std::collections::BTreeMap::<u32, usize>::new();
-    let mut types = [0u32; 3];
-    let mut end_mod8 = [0usize; 8];
-    let (mut nonzero_pad, mut errors) = (0usize, Vec::new());
-    for (i, c) in chunks.iter().enumerate() {
-        match zlib::scan(c) {
-            Ok(l) => {
-                *blocks.entry(l.blocks).or_default() += 1;
-                for (t, n) in types.iter_mut().zip(l.block_types) {
-                    *t += n;
-                }
-                let used = (l.end_bit % 8) as usize;
-                end_mod8[used] += 1;
-                if used != 0 && c.last().is_some_and(|b| b >> used != 0) {
-                    nonzero_pad += 1;
-                }
-            }
-            Err(err) => errors.push(format!("chunk {i}: {err}")),
-        }
-    }
-    format!(
-        "blocks/chunk {:?}; stored/fixed/dynamic {:?}; end bit mod 8 {:?}; nonzero padding {}; \
-         scan errors {:?}",
-        blocks, types, end_mod8, nonzero_pad, errors
-    )
-}
-
-fn describe_gzip(gz: &[u8]) -> String {
-    if gz.len() < 18 {
-        return format!("{} bytes: too short for gzip", gz.len());
-    }
-    let flg = gz[3];
-    let body = &gz[10..gz.len() - 8];
-    let scan = match zlib::scan(body) {
-        Ok(l) => format!(
-            "one deflate stream to the trailer: {} blocks, stored/fixed/dynamic {:?}",
+/// The Deflate stream inside a zlib stream: blocks by type (nvCOMP joins the parts it
+/// compressed in parallel with empty stored blocks).
+fn describe_zlib(z: &[u8]) -> String {
+    match z.get(2..z.len().saturating_sub(4)).map(zlib::scan) {
+        Some(Ok(l)) => format!(
+            "one Deflate stream, {} blocks (stored/fixed/dynamic {:?})",
             l.blocks, l.block_types
         ),
-        Err(err) => format!("body (assuming a 10-byte header) does not scan: {err}"),
-    };
-    format!(
-        "header {:02x?}, FLG {flg:#04x}, XFL {}, OS {}; {scan}",
-        &gz[..4],
-        gz[8],
-        gz[9]
-    )
+        Some(Err(err)) => format!("Deflate stream does not scan: {err}"),
+        None => "too short".into(),
+    }
 }
 
 /// Sustained PNG encoding: `streams` threads, each with its own stream and encoder, each
@@ -223,7 +187,6 @@ fn png_sustained(
     nvcomp: &Arc<Nvcomp>,
     rows: &[u64],
     rows_len: usize,
-    format: Format,
     algorithm: i32,
     streams: usize,
     rounds: usize,
@@ -235,8 +198,7 @@ fn png_sustained(
                 s.spawn(move || -> Result<(), String> {
                     device.bind().map_err(e)?;
                     let stream = Stream::new(device).map_err(e)?;
-                    let mut enc =
-                        GpuPng::new(nvcomp.clone(), module, stream.clone(), format, algorithm, 0)?;
+                    let mut enc = GpuPng::new(nvcomp.clone(), module, stream.clone(), algorithm, 0)?;
                     let mut host = driver::MappedRegion::new(rows_len + 64).map_err(e)?;
                     let dst = host.register().map_err(e)?;
                     for r in 0..rounds {
@@ -321,7 +283,6 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
     let mut png_rows: Vec<PngRow> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     let mut jpeg_lines: Vec<String> = Vec::new();
-    let module = module.clone();
     for &size in &opts.sizes {
         let t = Instant::now();
         let slices = phantom_series(size, opts.slices.max(1))?;
@@ -370,136 +331,97 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
                 Event::new(&device).map_err(e)?,
                 Event::new(&device).map_err(e)?,
             ];
-            for format in [Format::Deflate, Format::Gzip] {
-                for &algorithm in &opts.algorithms {
-                    let mut enc = match GpuPng::new(
-                        nvcomp.clone(),
-                        &module,
-                        stream.clone(),
-                        format,
-                        algorithm,
-                        0,
-                    ) {
+            for &algorithm in &opts.algorithms {
+                let mut enc =
+                    match GpuPng::new(nvcomp.clone(), &module, stream.clone(), algorithm, 0) {
                         Ok(enc) => enc,
                         Err(err) => {
-                            notes.push(format!("{} {algorithm}: {err}", format.name()));
+                            notes.push(format!("algorithm {algorithm}: {err}"));
                             continue;
                         }
                     };
-                    let (mut c_ms, mut p_ms, mut t_ms) = (Vec::new(), Vec::new(), Vec::new());
-                    let (mut bytes, mut same, mut failed) = (0usize, 0usize, Vec::new());
-                    let mut layout = String::new();
-                    for (i, px) in slices.iter().enumerate() {
-                        let cap = dev.rows_len;
-                        marks[0].record(&stream).map_err(e)?;
-                        let packed = match enc.queue(
-                            dev.rows[i].ptr(),
-                            dev.rows_len,
-                            cap,
-                            Some((&marks[1], &marks[2])),
-                        ) {
+                let (mut c_ms, mut f_ms) = (Vec::new(), Vec::new());
+                let (mut bytes, mut same, mut failed) = (0usize, 0usize, Vec::new());
+                let mut layout = String::new();
+                for (i, px) in slices.iter().enumerate() {
+                    let cap = dev.rows_len;
+                    marks[0].record(&stream).map_err(e)?;
+                    let packed =
+                        match enc.queue(dev.rows[i].ptr(), dev.rows_len, cap, Some(&marks[1])) {
                             Ok(p) => p,
                             Err(err) => {
                                 failed.push(err);
                                 break;
                             }
                         };
-                        stream.synchronize().map_err(e)?;
-                        let ms = |a: &Event, b: &Event| {
-                            Event::elapsed_ms(a, b).map(f64::from).unwrap_or(f64::NAN)
-                        };
-                        c_ms.push(ms(&marks[0], &marks[1]));
-                        p_ms.push(ms(&marks[1], &marks[2]));
-                        t_ms.push(ms(&marks[0], &marks[2]));
-                        let head = download(&stream, packed, PACKED_HEADER)?;
-                        let Some(zlen) = packed_len(&head) else {
-                            failed.push(format!("slice {i}: packing failed"));
-                            continue;
-                        };
-                        let z = download(&stream, packed + PACKED_HEADER as u64, zlen)?;
-                        let mut file = Vec::new();
-                        png_from_zlib(&mut file, size, size, 1, &z)?;
-                        bytes += file.len();
-                        match decode_png(&file) {
-                            Ok(back) if &back == px => same += 1,
-                            Ok(_) => failed.push(format!("slice {i}: pixels differ")),
-                            Err(err) => failed.push(format!("slice {i}: {err}")),
-                        }
-                        if i == 0 {
-                            if let Some(dir) = &opts.out {
-                                if algorithm == 1 && format == Format::Deflate {
-                                    let p = dir.join(format!("gpu_{size}_{}.png", format.name()));
-                                    let _ = std::fs::write(p, &file);
-                                }
+                    marks[2].record(&stream).map_err(e)?;
+                    stream.synchronize().map_err(e)?;
+                    let ms = |a: &Event, b: &Event| {
+                        Event::elapsed_ms(a, b).map(f64::from).unwrap_or(f64::NAN)
+                    };
+                    c_ms.push(ms(&marks[0], &marks[1]));
+                    f_ms.push(ms(&marks[1], &marks[2]));
+                    let head = download(&stream, packed, PACKED_HEADER)?;
+                    let Some(zlen) = packed_len(&head) else {
+                        failed.push(format!("slice {i}: the GPU did not encode"));
+                        continue;
+                    };
+                    let z = download(&stream, packed + PACKED_HEADER as u64, zlen)?;
+                    let mut file = Vec::new();
+                    png_from_zlib(&mut file, size, size, 1, &z)?;
+                    bytes += file.len();
+                    match decode_png(&file) {
+                        Ok(back) if &back == px => same += 1,
+                        Ok(_) => failed.push(format!("slice {i}: pixels differ")),
+                        Err(err) => failed.push(format!("slice {i}: {err}")),
+                    }
+                    if i == 0 {
+                        layout = describe_zlib(&z);
+                        if let Some(dir) = &opts.out {
+                            if algorithm == 1 {
+                                let _ = std::fs::write(dir.join(format!("gpu_{size}.png")), &file);
                             }
-                            layout = match format {
-                                Format::Deflate => {
-                                    let chunks = enc.debug_chunks()?;
-                                    if let Some(dir) = &opts.out {
-                                        if algorithm == 1 && size == opts.sizes[0] {
-                                            let mut blob = Vec::new();
-                                            for c in &chunks {
-                                                blob.extend_from_slice(
-                                                    &(c.len() as u32).to_le_bytes(),
-                                                );
-                                                blob.extend_from_slice(c);
-                                            }
-                                            let _ = std::fs::write(
-                                                dir.join(format!("chunks_{size}_a1.bin")),
-                                                blob,
-                                            );
-                                        }
-                                    }
-                                    describe_deflate_chunks(&chunks)
-                                }
-                                Format::Gzip => {
-                                    let gz = enc.debug_chunks()?;
-                                    gz.first().map(|g| describe_gzip(g)).unwrap_or_default()
-                                }
-                            };
                         }
                     }
-                    let rows: Vec<u64> = dev.rows.iter().map(|b| b.ptr()).collect();
-                    let per_s = if failed.is_empty() {
+                }
+                let rows: Vec<u64> = dev.rows.iter().map(|b| b.ptr()).collect();
+                let per_s = opts
+                    .streams
+                    .iter()
+                    .map(|&streams| {
+                        if !failed.is_empty() {
+                            return f64::NAN;
+                        }
                         png_sustained(
                             &device,
                             &module,
                             nvcomp,
                             &rows,
                             dev.rows_len,
-                            format,
                             algorithm,
-                            opts.streams,
+                            streams,
                             opts.rounds,
                         )
                         .unwrap_or_else(|err| {
                             notes.push(format!("sustained: {err}"));
                             f64::NAN
                         })
-                    } else {
-                        f64::NAN
-                    };
-                    if !failed.is_empty() {
-                        notes.push(format!(
-                            "{size}² {} {algorithm}: {}",
-                            format.name(),
-                            failed.join("; ")
-                        ));
-                    }
-                    png_rows.push(PngRow {
-                        size,
-                        format,
-                        algorithm,
-                        compress_ms: median(&mut c_ms),
-                        pack_ms: median(&mut p_ms),
-                        total_ms: median(&mut t_ms),
-                        per_s,
-                        bytes,
-                        cpu_bytes,
-                        identical: format!("{same}/{}", slices.len()),
-                        layout,
-                    });
+                    })
+                    .collect();
+                if !failed.is_empty() {
+                    notes.push(format!("{size}² {algorithm}: {}", failed.join("; ")));
                 }
+                png_rows.push(PngRow {
+                    size,
+                    algorithm,
+                    compress_ms: median(&mut c_ms),
+                    finish_ms: median(&mut f_ms),
+                    per_s,
+                    bytes,
+                    cpu_bytes,
+                    identical: format!("{same}/{}", slices.len()),
+                    layout,
+                });
             }
         }
         if let Ok(nvjpeg) = &nvjpeg {
@@ -508,42 +430,49 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
             )?);
         }
     }
+    let streams: Vec<String> = opts.streams.iter().map(|n| format!("{n} str/s")).collect();
     let _ = writeln!(
         s,
-        "\nPNG on the GPU (per slice: CUDA events; sustained: {} streams × {} slices, each \
-         synchronized, packed stream copied to mapped host memory)",
-        opts.streams, opts.rounds
+        "\nPNG on the GPU: nvCOMP gzip, one member per slice (per slice: CUDA events; sustained: \
+         N streams × {} slices each, synchronized per slice, packed stream copied to mapped host \
+         memory; slices/s)",
+        opts.rounds
     );
     let _ = writeln!(
         s,
-        "{:<7} {:<8} {:>4} {:>11} {:>8} {:>9} {:>10} {:>9} {:>9}",
-        "slice", "format", "alg", "compress ms", "pack ms", "total ms", "slices/s", "size/CPU", "same px"
+        "{:<6} {:>4} {:>11} {:>10} {}  {:>9} {:>8}",
+        "slice",
+        "alg",
+        "compress ms",
+        "finish ms",
+        streams
+            .iter()
+            .map(|h| format!("{h:>10}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        "size/CPU",
+        "same px"
     );
     for r in &png_rows {
         let _ = writeln!(
             s,
-            "{:<7} {:<8} {:>4} {:>11.3} {:>8.3} {:>9.3} {:>10.0} {:>9.3} {:>9}",
+            "{:<6} {:>4} {:>11.3} {:>10.3} {}  {:>9.3} {:>8}",
             r.size,
-            r.format.name(),
             r.algorithm,
             r.compress_ms,
-            r.pack_ms,
-            r.total_ms,
-            r.per_s,
+            r.finish_ms,
+            r.per_s
+                .iter()
+                .map(|v| format!("{v:>10.0}"))
+                .collect::<Vec<_>>()
+                .join(" "),
             r.bytes as f64 / r.cpu_bytes.max(1) as f64,
             r.identical
         );
     }
-    let _ = writeln!(s, "\nnvCOMP stream layout (first slice of each row):");
+    let _ = writeln!(s, "\nDeflate layout (first slice of each row):");
     for r in &png_rows {
-        let _ = writeln!(
-            s,
-            "{} {} {}: {}",
-            r.size,
-            r.format.name(),
-            r.algorithm,
-            r.layout
-        );
+        let _ = writeln!(s, "{} {}: {}", r.size, r.algorithm, r.layout);
     }
     if !jpeg_lines.is_empty() {
         let _ = writeln!(s, "\nJPEG on the GPU (nvJPEG) against the image crate");
@@ -618,15 +547,17 @@ fn jpeg_bench(
             }
         }
     }
-    let sustained = jpeg_sustained(device, nvjpeg, dev, size, opts.streams, opts.rounds)
-        .unwrap_or_else(|err| {
-            lines.push(format!("  sustained: {err}"));
-            f64::NAN
-        });
+    let mut sustained = Vec::new();
+    for &streams in &opts.streams {
+        match jpeg_sustained(device, nvjpeg, dev, size, streams, opts.rounds) {
+            Ok(v) => sustained.push(format!("{v:.0}/s on {streams}")),
+            Err(err) => lines.push(format!("  sustained on {streams} streams: {err}")),
+        }
+    }
     lines.push(format!(
-        "{size}² gray q{quality}: GPU {:.3} ms/slice (encode + retrieve), {sustained:.0} slices/s on {} streams; CPU {:.2} ms/slice; size GPU/CPU {:.3}; worst PSNR GPU vs CPU {:.1} dB, GPU vs pixels {:.1} dB, CPU vs pixels {:.1} dB",
+        "{size}² gray q{quality}: GPU {:.3} ms/slice (encode + retrieve), sustained {}; CPU {:.2} ms/slice; size GPU/CPU {:.3}; worst PSNR GPU vs CPU {:.1} dB, GPU vs pixels {:.1} dB, CPU vs pixels {:.1} dB",
         median(&mut gpu_ms),
-        opts.streams,
+        sustained.join(", "),
         median(&mut cpu_ms),
         gpu_bytes as f64 / cpu_bytes.max(1) as f64,
         psnr_cross,
@@ -718,4 +649,21 @@ fn jpeg_sustained(
         r?;
     }
     Ok((streams * rounds) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// `dicomflow bench gpu-encode`: prints the report.
+pub fn execute(a: &crate::app::cli::GpuEncodeArgs) -> Result<i32, dicomflow::error::FatalError> {
+    let opts = GpuEncodeBenchOptions {
+        sizes: a.sizes.clone(),
+        slices: a.slices.max(1),
+        streams: a.streams.iter().map(|&n| n.max(1)).collect(),
+        rounds: a.rounds.max(1),
+        algorithms: a.algorithms.clone(),
+        out: a.out.clone(),
+        library_path: a.library_path.clone(),
+        device: a.device,
+    };
+    let report = run(&opts).map_err(dicomflow::error::FatalError::Backend)?;
+    print!("{report}");
+    Ok(0)
 }
