@@ -13,13 +13,15 @@ use std::sync::Arc;
 
 use dicomflow::backend::cpu::CpuRenderer;
 use dicomflow::backend::cuda::{driver, CudaBackend};
-use dicomflow::backend::options::{GpuOptions, GpuSelection, PageLocking, Transfer};
+use dicomflow::backend::options::{
+    GpuEncodeChoice, GpuOptions, GpuSelection, PageLocking, Transfer,
+};
 use dicomflow::backend::Backend;
 use dicomflow::decode::lut::Lut;
 use dicomflow::memory::SlotPool;
-use dicomflow::output::encode::png_filter_mode;
 use dicomflow::output::options::{OutputFormat, OutputOptions, PngFilter};
 use dicomflow::output::png::filter_rows;
+use dicomflow::pipeline::output_wish;
 use dicomflow::render::plan::{
     AutoWindow, Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Modality, StoredFormat, Voi,
     Window,
@@ -239,8 +241,9 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
             format,
             ..OutputOptions::default()
         };
-        let backend = CudaBackend::new(&gpu, png_filter_mode(&output.encode()), "test")
-            .expect("CUDA backend");
+        // The writers encode: this test is about the pixels and rows the GPU leaves.
+        let wish = output_wish(&output, GpuEncodeChoice::Cpu);
+        let backend = CudaBackend::new(&gpu, &wish, "test").expect("CUDA backend");
         let mut worker = backend.worker(0).unwrap();
         let pool = SlotPool::new(2, 0, 0, backend.allocator()).unwrap();
         let mut mismatches = Vec::new();

@@ -177,6 +177,9 @@ pub struct RunArgs {
     /// CUDA streams per device.
     #[arg(long)]
     pub streams: Option<i64>,
+    /// Who compresses PNG/JPEG output beside the CUDA backend: auto, gpu, cpu.
+    #[arg(long)]
+    pub gpu_encode: Option<String>,
     /// Show the live dashboard even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_tui")]
     pub tui: bool,
@@ -211,6 +214,7 @@ impl RunArgs {
         r.gpu.transfer = self.transfer.clone();
         r.gpu.gpus = self.gpus.clone().map(RawGpus::Word);
         r.gpu.streams = self.streams;
+        r.gpu.encode = self.gpu_encode.clone();
         r.dashboard.tui = if self.tui {
             Some("on".into())
         } else if self.no_tui {

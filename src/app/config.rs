@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use dicomflow::backend::options::{
-    BackendChoice, BackendOptions, GpuSelection, PageLocking, Transfer,
+    BackendChoice, BackendOptions, GpuEncodeChoice, GpuSelection, PageLocking, Transfer,
 };
 use dicomflow::error::FatalError;
 use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter};
@@ -89,6 +89,7 @@ pub struct RawGpu {
     pub release_threshold_mib: Option<i64>,
     pub kernel_cache: Option<PathBuf>,
     pub library_path: Option<PathBuf>,
+    pub encode: Option<String>,
 }
 
 /// A number, or the word "auto".
@@ -472,6 +473,19 @@ impl Settings {
         }
         if let Some(v) = &g.library_path {
             self.backend.gpu.library_path = nonempty_path(v);
+        }
+        if let Some(v) = &g.encode {
+            self.backend.gpu.encode = one_of(
+                origin,
+                "gpu.encode",
+                v,
+                &[
+                    ("auto", GpuEncodeChoice::Auto),
+                    ("gpu", GpuEncodeChoice::Gpu),
+                    ("cpu", GpuEncodeChoice::Cpu),
+                ],
+                "use auto, gpu or cpu",
+            )?;
         }
 
         let d = &raw.dashboard;

@@ -22,9 +22,7 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError
         Command::Inspect(args) => commands::inspect::execute(&args),
         Command::Bench(BenchCommand::Transfer(args)) => commands::bench_transfer::execute(&args),
         Command::Bench(BenchCommand::Encode(args)) => commands::bench_encode::execute(&args),
-        Command::Bench(BenchCommand::GpuEncode(args)) => {
-            commands::bench_gpu_encode::execute(&args)
-        }
+        Command::Bench(BenchCommand::GpuEncode(args)) => commands::bench_gpu_encode::execute(&args),
     }
 }
 

@@ -37,6 +37,8 @@ impl Backend for CpuBackend {
             devices: vec![format!("{} CPU threads", crate::host::available_cores())],
             transfer: "none".into(),
             reason: self.reason.clone(),
+            encoder: "cpu".into(),
+            encoder_reason: "the CPU backend: the writer threads encode".into(),
         }
     }
 
@@ -80,6 +82,7 @@ impl RenderWorker for CpuRenderer {
             },
             device: None,
             png_rows: false,
+            encoded: None,
         })
     }
 }

@@ -24,6 +24,10 @@ pub struct BackendInfo {
     pub transfer: String,
     /// Why this backend was chosen (e.g. "auto: no libcuda").
     pub reason: String,
+    /// Who compresses the output: "cpu", or the GPU encoder and its library.
+    pub encoder: String,
+    /// Why that encoder (e.g. "gpu.encode = auto: libnvcomp.so.6 not found (...)").
+    pub encoder_reason: String,
 }
 
 /// Time spent in the parts of rendering one frame.
@@ -33,8 +37,43 @@ pub struct RenderTimings {
     pub transfer_in: Duration,
     /// The chain itself.
     pub compute: Duration,
+    /// Compression on the GPU (zero when the writers encode).
+    pub encode: Duration,
     /// Device-to-host transfer.
     pub transfer_out: Duration,
+}
+
+/// Compressed bytes a GPU encoder left in the output slot instead of pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoded {
+    /// A zlib stream of the PNG-filtered rows, `len` bytes at `slot.output[offset..]`: the
+    /// writer wraps it in the PNG container.
+    PngZlib { offset: usize, len: usize },
+    /// A complete JPEG file, `len` bytes at the start of `slot.output`.
+    Jpeg { len: usize },
+}
+
+/// What the writers want in a slot's output, as the pipeline derives it from the output
+/// options: the render workers' side of the contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputWish {
+    /// The PNG row filter a GPU applies after rendering so that the writers only deflate (fast
+    /// PNG; see `output::encode::png_filter_mode`), `None` for plain pixels.
+    pub png_filter: Option<u32>,
+    /// The encoder a GPU could run for this output instead, or why there is none.
+    pub gpu_encode: Result<cuda::encode::GpuEncodeWish, String>,
+    /// `gpu.encode`.
+    pub choice: options::GpuEncodeChoice,
+}
+
+impl Default for OutputWish {
+    fn default() -> Self {
+        OutputWish {
+            png_filter: None,
+            gpu_encode: Err("no output format given".into()),
+            choice: options::GpuEncodeChoice::Auto,
+        }
+    }
 }
 
 /// What rendering one frame produced besides pixels.
@@ -48,6 +87,9 @@ pub struct RenderOutcome {
     /// The output slot holds the frame's rows PNG-filtered (filter type byte + residuals per
     /// row, `output_capacity` bytes) instead of pixels: the writer only deflates them.
     pub png_rows: bool,
+    /// The output slot holds compressed bytes made on the GPU (takes precedence over
+    /// `png_rows`).
+    pub encoded: Option<Encoded>,
 }
 
 /// Why one frame could not be rendered. The pipeline reports it as that frame's failure and
@@ -126,7 +168,7 @@ pub trait Backend: Send + Sync {
 /// Renders frames on one thread (one CUDA stream for the GPU backend).
 pub trait RenderWorker: Send {
     /// Reads `plan.input_bytes()` from `slot.input`, writes `plan.output_bytes()` pixels to
-    /// `slot.output` (or `plan.output_capacity()` bytes of filtered PNG rows, as the outcome
-    /// says).
+    /// `slot.output` (or `plan.output_capacity()` bytes of filtered PNG rows, or at most that
+    /// many compressed bytes, as the outcome says).
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError>;
 }

@@ -33,6 +33,19 @@ pub enum PageLocking {
     HostAlloc,
 }
 
+/// Who compresses the output images when the CUDA backend renders (`gpu.encode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuEncodeChoice {
+    /// The GPU when the format has a GPU encoder and its library (nvCOMP, nvJPEG) loads; the
+    /// CPU otherwise, saying why.
+    Auto,
+    /// The GPU: the CUDA backend fails to start when the encoder's library does not load.
+    Gpu,
+    /// The writer threads, on the CPU.
+    Cpu,
+}
+
 /// Which GPUs to use.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,6 +73,8 @@ pub struct GpuOptions {
     pub kernel_cache: Option<PathBuf>,
     /// Folder searched first for NVIDIA's codec libraries (nvJPEG, nvJPEG2000, nvCOMP).
     pub library_path: Option<PathBuf>,
+    /// Who compresses PNG and JPEG output when the CUDA backend renders.
+    pub encode: GpuEncodeChoice,
 }
 
 impl Default for GpuOptions {
@@ -74,6 +89,7 @@ impl Default for GpuOptions {
             release_threshold_bytes: 256 << 20,
             kernel_cache: None,
             library_path: None,
+            encode: GpuEncodeChoice::Auto,
         }
     }
 }

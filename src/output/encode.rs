@@ -16,13 +16,19 @@ pub fn png_filter_mode(opts: &EncodeOptions) -> Option<u32> {
     if opts.format != OutputFormat::Png || opts.png_compression != PngCompression::Fast {
         return None;
     }
-    Some(match opts.png_filter {
+    Some(png_filter_type(opts.png_filter))
+}
+
+/// A PNG filter setting as the GPU's filter kernel takes it: the filter type, or 5 for the
+/// adaptive choice.
+pub fn png_filter_type(filter: PngFilter) -> u32 {
+    match filter {
         PngFilter::None => 0,
         PngFilter::Sub => 1,
         PngFilter::Up => 2,
         PngFilter::Paeth => 4,
         PngFilter::Adaptive => 5,
-    })
+    }
 }
 
 /// Encoding settings.

@@ -452,7 +452,9 @@ fn walk_codes(r: &mut BitReader, lit: &Huffman, dist: &Huffman) -> Result<(), Zl
                 let extra = LENGTH_EXTRA[usize::from(sym - 257)];
                 r.consume(u32::from(extra))?;
                 let d = dist.decode(r)?;
-                let extra = *DIST_EXTRA.get(usize::from(d)).ok_or(ZlibError::BadCode(at))?;
+                let extra = *DIST_EXTRA
+                    .get(usize::from(d))
+                    .ok_or(ZlibError::BadCode(at))?;
                 r.consume(u32::from(extra))?;
             }
             _ => return Err(ZlibError::BadCode(at)),
@@ -587,7 +589,11 @@ mod tests {
         for kind in 0..4 {
             for n in 1..60usize {
                 let input = data(kind, n);
-                for piece in [flate2_raw(&input, 1), flate2_raw(&input, 9), fdeflate_raw(&input)] {
+                for piece in [
+                    flate2_raw(&input, 1),
+                    flate2_raw(&input, 9),
+                    fdeflate_raw(&input),
+                ] {
                     let layout = scan(&piece).unwrap();
                     seen[(layout.end_bit % 8) as usize] = true;
                     let mut z = zlib_header(0).to_vec();
@@ -605,8 +611,7 @@ mod tests {
     fn gzip_members_become_zlib_streams() {
         let input = data(1, 150_000);
         for level in [0, 1, 6, 9] {
-            let mut e =
-                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
             e.write_all(&input).unwrap();
             let member = e.finish().unwrap();
             // The checksum combined from 64 KiB chunks, as the GPU computes it.

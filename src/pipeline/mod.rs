@@ -26,7 +26,7 @@ use options::{Job, Layout, PipelineOptions};
 
 use crate::memory::SlotPool;
 pub use events::{Collector, Event, FileRecord, FileStatus, RunResult};
-pub use prepare::{first_file_slot_hint, select_backend};
+pub use prepare::{first_file_slot_hint, output_wish, select_backend};
 
 /// Thread counts and ring depth actually used.
 #[derive(Debug, Clone, Copy, serde::Serialize)]

@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::options::{BackendChoice, BackendOptions};
-use crate::backend::Backend;
+use crate::backend::options::{BackendChoice, BackendOptions, GpuEncodeChoice};
+use crate::backend::{Backend, OutputWish};
 use crate::error::FatalError;
 use crate::memory::{round_up, SlotHint};
+use crate::output::options::{OutputFormat, OutputOptions, PngCompression};
 
 use super::options::{Job, PipelineOptions};
 use super::Sizing;
@@ -25,14 +26,14 @@ pub fn select_backend(
     job: &Job,
     inputs: &[PathBuf],
 ) -> Result<Arc<dyn Backend>, FatalError> {
-    let png_filter = crate::output::encode::png_filter_mode(&job.output.encode());
+    let wish = output_wish(&job.output, options.gpu.encode);
     match options.choice {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
         BackendChoice::Cuda => {
             let hint = |workers: usize| first_file_slot_hint(job, inputs, workers);
             CudaBackend::new_prepared(
                 &options.gpu,
-                png_filter,
+                &wish,
                 "requested (backend = cuda)",
                 (!inputs.is_empty()).then_some(&hint as _),
             )
@@ -50,7 +51,7 @@ pub fn select_backend(
                 // The driver is there: initialize it in the background while the CPU starts.
                 None => Ok(Arc::new(crate::backend::warm::WarmStart::start(
                     &options.gpu,
-                    png_filter,
+                    &wish,
                 ))),
             },
             Err(why) => {
@@ -58,6 +59,36 @@ pub fn select_backend(
                 Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
             }
         },
+    }
+}
+
+/// What the writers want from a GPU render worker for `output`: rows PNG-filtered for a fast
+/// PNG the writers deflate, and the encoder the GPU could run instead (`gpu.encode`): nvCOMP for
+/// compressed PNG, nvJPEG for JPEG; none for TIFF, BMP and uncompressed PNG.
+pub fn output_wish(output: &OutputOptions, choice: GpuEncodeChoice) -> OutputWish {
+    use crate::backend::cuda::encode::{GpuEncodeWish, PngEffort};
+    let encode = output.encode();
+    let gpu_encode = match output.format {
+        OutputFormat::Png => match output.png_compression {
+            PngCompression::None => Err("png_compression = none has nothing to compress".into()),
+            compression => Ok(GpuEncodeWish::Png {
+                filter: crate::output::encode::png_filter_type(output.png_filter),
+                effort: if compression == PngCompression::Fast {
+                    PngEffort::Fast
+                } else {
+                    PngEffort::Strong
+                },
+            }),
+        },
+        OutputFormat::Jpeg => Ok(GpuEncodeWish::Jpeg {
+            quality: output.jpeg_quality,
+        }),
+        other => Err(format!("no GPU encoder for {other:?} output")),
+    };
+    OutputWish {
+        png_filter: crate::output::encode::png_filter_mode(&encode),
+        gpu_encode,
+        choice,
     }
 }
 

@@ -198,7 +198,13 @@ fn png_sustained(
                 s.spawn(move || -> Result<(), String> {
                     device.bind().map_err(e)?;
                     let stream = Stream::new(device).map_err(e)?;
-                    let mut enc = GpuPng::new(nvcomp.clone(), module, stream.clone(), algorithm, 0)?;
+                    let mut enc = GpuPng::new(
+                        nvcomp.clone(),
+                        module,
+                        stream.clone(),
+                        algorithm,
+                        [0x78, 0x01],
+                    )?;
                     let mut host = driver::MappedRegion::new(rows_len + 64).map_err(e)?;
                     let dst = host.register().map_err(e)?;
                     for r in 0..rounds {
@@ -332,14 +338,19 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
                 Event::new(&device).map_err(e)?,
             ];
             for &algorithm in &opts.algorithms {
-                let mut enc =
-                    match GpuPng::new(nvcomp.clone(), &module, stream.clone(), algorithm, 0) {
-                        Ok(enc) => enc,
-                        Err(err) => {
-                            notes.push(format!("algorithm {algorithm}: {err}"));
-                            continue;
-                        }
-                    };
+                let mut enc = match GpuPng::new(
+                    nvcomp.clone(),
+                    &module,
+                    stream.clone(),
+                    algorithm,
+                    [0x78, 0x01],
+                ) {
+                    Ok(enc) => enc,
+                    Err(err) => {
+                        notes.push(format!("algorithm {algorithm}: {err}"));
+                        continue;
+                    }
+                };
                 let (mut c_ms, mut f_ms) = (Vec::new(), Vec::new());
                 let (mut bytes, mut same, mut failed) = (0usize, 0usize, Vec::new());
                 let mut layout = String::new();
@@ -511,7 +522,8 @@ fn jpeg_bench(
     });
     let (mut gpu_ms, mut cpu_ms) = (Vec::new(), Vec::new());
     let (mut gpu_bytes, mut cpu_bytes) = (0usize, 0usize);
-    let (mut psnr_cross, mut psnr_gpu, mut psnr_cpu) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    let (mut psnr_cross, mut psnr_gpu, mut psnr_cpu) =
+        (f64::INFINITY, f64::INFINITY, f64::INFINITY);
     let mut out = vec![0u8; slices[0].len() * 2 + 65_536];
     for (i, px) in slices.iter().enumerate() {
         let t = Instant::now();
@@ -621,20 +633,29 @@ fn jpeg_sustained(
                 s.spawn(move || -> Result<(), String> {
                     device.bind().map_err(e)?;
                     let stream = Stream::new(device).map_err(e)?;
-                    let mut enc = JpegEncoder::new(nvjpeg.clone(), &stream, 90)
-                        .map_err(|e| e.to_string())?;
-                    let mut host = driver::MappedRegion::new(size as usize * size as usize * 2)
-                        .map_err(e)?;
+                    let mut enc =
+                        JpegEncoder::new(nvjpeg.clone(), &stream, 90).map_err(|e| e.to_string())?;
+                    let mut host =
+                        driver::MappedRegion::new(size as usize * size as usize * 2).map_err(e)?;
                     host.register().map_err(e)?;
                     // SAFETY: the region is ours, mapped and registered, len bytes.
                     let out = unsafe { std::slice::from_raw_parts_mut(host.as_ptr(), host.len()) };
                     for r in 0..rounds {
                         // SAFETY: the pixels outlive the threads (scoped).
-                        unsafe { enc.encode(pixels[(t + r) % pixels.len()], size, size, 1, Chroma::Full444) }
-                            .map_err(|e| e.to_string())?;
+                        unsafe {
+                            enc.encode(
+                                pixels[(t + r) % pixels.len()],
+                                size,
+                                size,
+                                1,
+                                Chroma::Full444,
+                            )
+                        }
+                        .map_err(|e| e.to_string())?;
                         let len = enc.length().map_err(|e| e.to_string())?;
                         let room = out.len();
-                        enc.retrieve(&mut out[..len.min(room)]).map_err(|e| e.to_string())?;
+                        enc.retrieve(&mut out[..len.min(room)])
+                            .map_err(|e| e.to_string())?;
                     }
                     Ok(())
                 })

@@ -71,17 +71,53 @@ impl Tables {
     }
 }
 
-/// nvCOMP's algorithm for a PNG compression level, and the zlib header level that says so.
-/// nvCOMP 6 documents 0 entropy-only (fastest), 1 high throughput / low ratio (its default),
-/// 2 medium ("beats zlib level 1"), 4 higher ("beats zlib level 6"), 5 highest. Measured on
-/// phantom CT rows (BENCHMARKS.md): 0 makes files 1.28–1.32× the CPU's `fast`, 1 0.91–0.96×,
-/// 2 0.88–0.90× (close to the CPU's `balanced`), 4 0.95× at 15–20× the time of 2; so `fast`
-/// is 1 and `balanced` and `best` are both 2.
-pub fn algorithm_for(compression: crate::output::options::PngCompression) -> (i32, u8) {
-    use crate::output::options::PngCompression as C;
-    match compression {
-        C::None | C::Fast => (1, 0),
-        C::Balanced | C::Best => (2, 1),
+/// How hard nvCOMP works on PNG rows. nvCOMP 6 documents its algorithms as 0 entropy-only
+/// (fastest), 1 high throughput / low ratio (its default), 2 medium ("beats zlib level 1"), 4
+/// higher ("beats zlib level 6"), 5 highest. Measured on phantom CT rows (BENCHMARKS.md): 0
+/// makes files 1.28–1.32× the CPU's `fast`, 1 0.91–0.96×, 2 0.88–0.90× (about the CPU's
+/// `balanced`), 4 0.95× at 15–20× the time of 2. So `fast` PNG output is [`PngEffort::Fast`]
+/// (algorithm 1), `balanced` and `best` are [`PngEffort::Strong`] (algorithm 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PngEffort {
+    Fast,
+    Strong,
+}
+
+impl PngEffort {
+    /// nvCOMP's algorithm number.
+    pub fn algorithm(self) -> i32 {
+        match self {
+            PngEffort::Fast => 1,
+            PngEffort::Strong => 2,
+        }
+    }
+
+    /// The zlib header saying so (FLEVEL 0 "fastest" or 1 "fast"; decoders ignore it).
+    pub fn zlib_header(self) -> [u8; 2] {
+        match self {
+            PngEffort::Fast => [0x78, 0x01],
+            PngEffort::Strong => [0x78, 0x5e],
+        }
+    }
+}
+
+/// An encoder the GPU can run for a run's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuEncodeWish {
+    /// PNG: rows filtered with `filter` (a PNG filter type, or 5 for the adaptive choice; see
+    /// kernels/png.cu), compressed by nvCOMP.
+    Png { filter: u32, effort: PngEffort },
+    /// Baseline JPEG at `quality` by nvJPEG.
+    Jpeg { quality: u8 },
+}
+
+impl GpuEncodeWish {
+    /// The library the encoder needs.
+    pub fn library(self) -> &'static str {
+        match self {
+            GpuEncodeWish::Png { .. } => "libnvcomp.so.6",
+            GpuEncodeWish::Jpeg { .. } => "libnvjpeg.so.13",
+        }
     }
 }
 
@@ -89,7 +125,7 @@ pub fn algorithm_for(compression: crate::output::options::PngCompression) -> (i3
 pub struct GpuPng {
     nvcomp: Arc<Nvcomp>,
     pub algorithm: i32,
-    zlib_level: u8,
+    zlib_header: [u8; 2],
     k: Kernels,
     stream: Arc<Stream>,
     tables: Option<DeviceBuffer>,
@@ -107,7 +143,7 @@ impl GpuPng {
         module: &Module,
         stream: Arc<Stream>,
         algorithm: i32,
-        zlib_level: u8,
+        zlib_header: [u8; 2],
     ) -> Result<GpuPng, String> {
         let k = Kernels::load(module).map_err(|e| e.to_string())?;
         // Device buffers are 256-byte aligned: check that nvCOMP asks no more.
@@ -115,12 +151,14 @@ impl GpuPng {
             .alignments(Format::Gzip, algorithm)
             .map_err(|e| e.to_string())?;
         if a.input > 256 || a.output > 256 || a.temp > 256 {
-            return Err(format!("nvCOMP wants alignments {a:?}, more than 256 bytes"));
+            return Err(format!(
+                "nvCOMP wants alignments {a:?}, more than 256 bytes"
+            ));
         }
         Ok(GpuPng {
             nvcomp,
             algorithm,
-            zlib_level,
+            zlib_header,
             k,
             stream,
             tables: None,
@@ -215,7 +253,7 @@ impl GpuPng {
             .u32(CHUNK as u32)
             .u64(at(t.adler));
         driver::launch(self.k.adler, adler_chunks as u32, 256, 0, &stream, args).map_err(cuda)?;
-        let header = crate::output::zlib::zlib_header(self.zlib_level);
+        let header = self.zlib_header;
         let args = Args::default()
             .u64(packed)
             .u64(at(t.out_size))
@@ -273,7 +311,9 @@ mod tests {
     #[test]
     fn tables_are_aligned_and_disjoint() {
         let t = Tables::new(62);
-        let offsets = [t.in_ptr, t.in_size, t.out_ptr, t.out_size, t.status, t.adler];
+        let offsets = [
+            t.in_ptr, t.in_size, t.out_ptr, t.out_size, t.status, t.adler,
+        ];
         assert!(offsets.iter().all(|o| o % 256 == 0));
         assert!(offsets.windows(2).all(|w| w[0] < w[1]));
         assert!(t.adler + 4 * 62 <= t.len);
@@ -289,10 +329,12 @@ mod tests {
     }
 
     #[test]
-    fn compression_levels_map_to_nvcomp_algorithms() {
-        use crate::output::options::PngCompression as C;
-        assert_eq!(algorithm_for(C::Fast), (1, 0));
-        assert_eq!(algorithm_for(C::Balanced), (2, 1));
-        assert_eq!(algorithm_for(C::Best), (2, 1));
+    fn efforts_map_to_nvcomp_algorithms_with_valid_zlib_headers() {
+        for (effort, algorithm) in [(PngEffort::Fast, 1), (PngEffort::Strong, 2)] {
+            assert_eq!(effort.algorithm(), algorithm);
+            let h = effort.zlib_header();
+            assert_eq!((u16::from(h[0]) << 8 | u16::from(h[1])) % 31, 0);
+            assert_eq!(h[0], 0x78);
+        }
     }
 }

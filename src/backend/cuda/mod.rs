@@ -18,8 +18,8 @@ mod worker;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::backend::options::{GpuOptions, GpuSelection, PageLocking, Transfer};
-use crate::backend::{Backend, BackendError, BackendInfo, RenderError, RenderWorker};
+use crate::backend::options::{GpuEncodeChoice, GpuOptions, GpuSelection, PageLocking, Transfer};
+use crate::backend::{Backend, BackendError, BackendInfo, OutputWish, RenderError, RenderWorker};
 use crate::memory::{HeapAllocator, HostAllocator, SlotHint};
 use crate::observe::stats::{GpuFigures, Stats};
 use driver::{Device, MappedRegion, Module};
@@ -57,6 +57,113 @@ pub(crate) struct Shared {
     /// The PNG filter the workers apply to each frame's rows (kernels/png.cu), so the writers
     /// only deflate; `None` when the output is not a fast-compressed PNG.
     png_filter: Option<u32>,
+    /// The encoder the workers run after rendering, when the GPU encodes.
+    encoder: Option<GpuEncoder>,
+    /// What [`BackendInfo::encoder`] and `encoder_reason` say.
+    encoder_line: (String, String),
+}
+
+/// A GPU encoder with its library loaded.
+#[derive(Clone)]
+pub(crate) enum GpuEncoder {
+    Png {
+        nvcomp: Arc<nvcomp::Nvcomp>,
+        filter: u32,
+        effort: encode::PngEffort,
+    },
+    /// One nvJPEG handle per device (in `Shared::devices` order).
+    Jpeg {
+        nvjpeg: Vec<Arc<nvjpeg::Nvjpeg>>,
+        quality: u8,
+    },
+}
+
+/// Loads the library of the encoder `wish` names (when `gpu.encode` allows it) for `devices`:
+/// the encoder, and what the run should say about it. With `gpu.encode = "gpu"` a library that
+/// does not load is an error; with `auto` the writers encode and the reason says why.
+fn load_encoder(
+    gpu: &GpuOptions,
+    wish: &OutputWish,
+    devices: &[Arc<Device>],
+) -> Result<(Option<GpuEncoder>, (String, String)), String> {
+    let cpu = |why: String| Ok((None, ("cpu".to_string(), why)));
+    if gpu.encode == GpuEncodeChoice::Cpu {
+        return cpu("gpu.encode = cpu".into());
+    }
+    let want = match &wish.gpu_encode {
+        Ok(w) => *w,
+        Err(why) if gpu.encode == GpuEncodeChoice::Gpu => {
+            return Err(format!("gpu.encode = gpu, but {why}"))
+        }
+        Err(why) => return cpu(format!("gpu.encode = auto: {why}")),
+    };
+    let mode = match gpu.encode {
+        GpuEncodeChoice::Gpu => "gpu.encode = gpu",
+        _ => "gpu.encode = auto",
+    };
+    let loaded = match want {
+        encode::GpuEncodeWish::Png { filter, effort } => {
+            nvcomp::Nvcomp::load(gpu.library_path.as_deref()).map(|lib| {
+                let line = format!(
+                    "gpu: nvCOMP {} gzip, algorithm {} ({})",
+                    lib.version,
+                    effort.algorithm(),
+                    lib.path.display()
+                );
+                (
+                    GpuEncoder::Png {
+                        nvcomp: Arc::new(lib),
+                        filter,
+                        effort,
+                    },
+                    line,
+                )
+            })
+        }
+        encode::GpuEncodeWish::Jpeg { quality } => {
+            let mut handles = Vec::new();
+            let mut failure = None;
+            for d in devices {
+                let opened = d
+                    .bind()
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| nvjpeg::Nvjpeg::load(gpu.library_path.as_deref()));
+                match opened {
+                    Ok(lib) => handles.push(Arc::new(lib)),
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+            match (failure, handles.first()) {
+                (None, Some(first)) => {
+                    let line = format!(
+                        "gpu: nvJPEG {} baseline, quality {quality} ({})",
+                        first.version,
+                        first.path.display()
+                    );
+                    Ok((
+                        GpuEncoder::Jpeg {
+                            nvjpeg: handles,
+                            quality,
+                        },
+                        line,
+                    ))
+                }
+                (Some(e), _) => Err(e),
+                (None, None) => Err("no device".into()),
+            }
+        }
+    };
+    match loaded {
+        Ok((encoder, line)) => Ok((Some(encoder), (line, mode.to_string()))),
+        Err(why) if gpu.encode == GpuEncodeChoice::Gpu => Err(format!("{mode}: {why}")),
+        Err(why) => {
+            tracing::warn!("{mode}: {why}; the CPU encodes");
+            cpu(format!("{mode}: {why}"))
+        }
+    }
 }
 
 impl Shared {
@@ -233,15 +340,11 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Opens the selected devices, compiles or loads the kernels, and sets up the pools.
-    /// `png_filter` is the PNG row filter the kernels apply after rendering (see
-    /// [`crate::output::encode::png_filter_mode`]), `None` for plain pixels. Fails (with the
-    /// reason) when CUDA is not usable here.
-    pub fn new(
-        gpu: &GpuOptions,
-        png_filter: Option<u32>,
-        reason: &str,
-    ) -> Result<CudaBackend, String> {
+    /// Opens the selected devices, compiles or loads the kernels, sets up the pools, and loads
+    /// the GPU encoder `wish` asks for (when `gpu.encode` allows it). Without a GPU encoder the
+    /// workers leave pixels, or rows filtered with `wish.png_filter` for the writers to deflate.
+    /// Fails (with the reason) when CUDA is not usable here.
+    pub fn new(gpu: &GpuOptions, wish: &OutputWish, reason: &str) -> Result<CudaBackend, String> {
         let started = std::time::Instant::now();
         let count = driver::probe()?;
         let probed = started.elapsed();
@@ -285,7 +388,9 @@ impl CudaBackend {
         for (d, m) in devices.iter().zip(&modules) {
             warm_up(d, m).map_err(|e| format!("GPU {}: first launch: {e}", d.ordinal))?;
         }
+        let (encoder, encoder_line) = load_encoder(gpu, wish, &devices)?;
         let loaded = started.elapsed();
+        tracing::info!("encoder: {} ({})", encoder_line.0, encoder_line.1);
         tracing::info!(
             "CUDA ready in {:.0} ms (driver {:.0} ms, devices {:.0} ms, kernels {:.0} ms, \
              first launch {:.0} ms)",
@@ -323,7 +428,9 @@ impl CudaBackend {
             calibration: Mutex::new(Vec::new()),
             stats: std::sync::OnceLock::new(),
             pinned: allocator.clone(),
-            png_filter,
+            png_filter: wish.png_filter,
+            encoder,
+            encoder_line,
         });
         shared.publish();
         Ok(CudaBackend {
@@ -345,7 +452,7 @@ impl CudaBackend {
     /// counted from their device nodes before the driver can say).
     pub fn new_prepared(
         gpu: &GpuOptions,
-        png_filter: Option<u32>,
+        wish: &OutputWish,
         reason: &str,
         hint: Option<&(dyn Fn(usize) -> Option<SlotHint> + Sync)>,
     ) -> Result<CudaBackend, String> {
@@ -367,7 +474,7 @@ impl CudaBackend {
                         .unwrap_or_default()
                 })
             });
-            let backend = CudaBackend::new(gpu, png_filter, reason)?;
+            let backend = CudaBackend::new(gpu, wish, reason)?;
             if let Some(handle) = prefault {
                 let regions = handle.join().unwrap_or_default();
                 let (count, t) = (regions.len(), std::time::Instant::now());
@@ -432,6 +539,8 @@ impl Backend for CudaBackend {
                 .collect(),
             transfer,
             reason: format!("{}; {}", self.reason, self.kernels),
+            encoder: self.shared.encoder_line.0.clone(),
+            encoder_reason: self.shared.encoder_line.1.clone(),
         }
     }
 

@@ -358,12 +358,10 @@ impl JpegEncoder {
             )
         })?;
         // NVIDIA's sample synchronizes between the length query and the copy.
-        self.owner
-            .synchronize()
-            .map_err(|_| NvjpegError {
-                call: "cuStreamSynchronize",
-                status: 6,
-            })?;
+        self.owner.synchronize().map_err(|_| NvjpegError {
+            call: "cuStreamSynchronize",
+            status: 6,
+        })?;
         Ok(len)
     }
 
