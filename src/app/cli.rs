@@ -275,4 +275,13 @@ pub struct InspectArgs {
     /// VOI function override to explain.
     #[arg(long)]
     pub voi_function: Option<String>,
+    /// Output format whose encoder to explain: png, jpeg, tiff, bmp.
+    #[arg(long, default_value = "png")]
+    pub format: String,
+    /// gpu.encode to explain: auto, gpu, cpu.
+    #[arg(long, default_value = "auto")]
+    pub gpu_encode: String,
+    /// Folder searched first for NVIDIA's codec libraries (as gpu.library_path).
+    #[arg(long)]
+    pub library_path: Option<PathBuf>,
 }

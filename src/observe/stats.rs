@@ -19,6 +19,8 @@ pub enum StageId {
     ReadDecode,
     TransferIn,
     Compute,
+    /// Compression on the GPU (nvCOMP, nvJPEG), timed by CUDA events.
+    GpuEncode,
     TransferOut,
     Encode,
     Write,
@@ -26,11 +28,12 @@ pub enum StageId {
 
 impl StageId {
     /// All stages in pipeline order.
-    pub const ALL: [StageId; 7] = [
+    pub const ALL: [StageId; 8] = [
         StageId::Scan,
         StageId::ReadDecode,
         StageId::TransferIn,
         StageId::Compute,
+        StageId::GpuEncode,
         StageId::TransferOut,
         StageId::Encode,
         StageId::Write,
@@ -43,6 +46,7 @@ impl StageId {
             StageId::ReadDecode => "read+decode",
             StageId::TransferIn => "transfer in",
             StageId::Compute => "compute",
+            StageId::GpuEncode => "gpu encode",
             StageId::TransferOut => "transfer out",
             StageId::Encode => "encode",
             StageId::Write => "write",
@@ -61,6 +65,11 @@ impl StageId {
     /// Whether only some backends have this stage (host↔device transfers).
     pub fn is_transfer(self) -> bool {
         matches!(self, StageId::TransferIn | StageId::TransferOut)
+    }
+
+    /// Whether only some runs have this stage: the transfers, and the GPU encoder.
+    pub fn is_optional(self) -> bool {
+        self.is_transfer() || self == StageId::GpuEncode
     }
 }
 
@@ -100,7 +109,9 @@ impl Pool {
             StageId::ReadDecode if layout.shared => Pool::Shared,
             StageId::ReadDecode => Pool::Loaders,
             StageId::Compute if layout.render_on_writers => finishing,
-            StageId::TransferIn | StageId::Compute | StageId::TransferOut => Pool::RenderWorkers,
+            StageId::TransferIn | StageId::Compute | StageId::GpuEncode | StageId::TransferOut => {
+                Pool::RenderWorkers
+            }
             StageId::Encode | StageId::Write => finishing,
         }
     }
@@ -192,6 +203,8 @@ pub struct GpuFigures {
     pub pinned_alloc_ms: f64,
     /// Frames rendered per device.
     pub frames_per_device: Vec<u64>,
+    /// Who compresses the output: "CPU", or the GPU encoder's library and version.
+    pub encoder: String,
 }
 
 /// Counters of the run as a whole.
@@ -206,12 +219,15 @@ pub struct Totals {
     pub frames_existing: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
+    /// Frames the GPU compressed, and the compressed bytes it handed the writers.
+    pub gpu_encoded_frames: AtomicU64,
+    pub gpu_encoded_bytes: AtomicU64,
 }
 
 /// Everything the stages publish.
 pub struct Stats {
     start: Instant,
-    stages: [StageSlot; 7],
+    stages: [StageSlot; 8],
     latency: StageSlot,
     pub totals: Totals,
     gauges: Mutex<Vec<(String, Gauge)>>,
@@ -413,6 +429,8 @@ impl Stats {
             frames_existing: t.frames_existing.load(Ordering::Relaxed),
             bytes_in: t.bytes_in.load(Ordering::Relaxed),
             bytes_out: t.bytes_out.load(Ordering::Relaxed),
+            gpu_encoded_frames: t.gpu_encoded_frames.load(Ordering::Relaxed),
+            gpu_encoded_bytes: t.gpu_encoded_bytes.load(Ordering::Relaxed),
             paused: self.is_paused(),
             finished: self.is_finished(),
         }
@@ -594,6 +612,9 @@ pub struct Snapshot {
     pub frames_existing: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Frames compressed on the GPU, and the bytes that came back compressed.
+    pub gpu_encoded_frames: u64,
+    pub gpu_encoded_bytes: u64,
     pub paused: bool,
     pub finished: bool,
 }

@@ -103,6 +103,26 @@ impl ImageEncoder {
         Ok(&self.buf)
     }
 
+    /// Wraps `zlib`, a zlib stream of PNG-filtered rows compressed elsewhere (the GPU), in the
+    /// PNG container: signature, IHDR, one IDAT, IEND, with their CRCs.
+    pub fn wrap_png_zlib(
+        &mut self,
+        width: u32,
+        height: u32,
+        channels: usize,
+        zlib: &[u8],
+    ) -> Result<&[u8], String> {
+        crate::output::png::png_from_zlib(&mut self.buf, width, height, channels, zlib)?;
+        Ok(&self.buf)
+    }
+
+    /// Takes a finished file encoded elsewhere (a JPEG from the GPU) as the output.
+    pub fn take_bytes(&mut self, bytes: &[u8]) -> &[u8] {
+        self.buf.clear();
+        self.buf.extend_from_slice(bytes);
+        &self.buf
+    }
+
     /// The bytes of the last successful [`encode`](Self::encode).
     pub fn last(&self) -> &[u8] {
         &self.buf

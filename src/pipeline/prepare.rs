@@ -83,7 +83,7 @@ pub fn output_wish(output: &OutputOptions, choice: GpuEncodeChoice) -> OutputWis
         OutputFormat::Jpeg => Ok(GpuEncodeWish::Jpeg {
             quality: output.jpeg_quality,
         }),
-        other => Err(format!("no GPU encoder for {other:?} output")),
+        other => Err(format!("no GPU encoder for {} output", other.extension())),
     };
     OutputWish {
         png_filter: crate::output::encode::png_filter_mode(&encode),
@@ -214,5 +214,79 @@ mod tests {
             None
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_output_says_which_gpu_encoder_could_run() {
+        use crate::backend::cuda::encode::{GpuEncodeWish, PngEffort};
+        use crate::output::options::PngFilter;
+        let out = |format, png_compression, png_filter| OutputOptions {
+            format,
+            png_compression,
+            png_filter,
+            jpeg_quality: 85,
+            ..OutputOptions::default()
+        };
+        let w = output_wish(
+            &out(OutputFormat::Png, PngCompression::Fast, PngFilter::Adaptive),
+            GpuEncodeChoice::Auto,
+        );
+        assert_eq!(w.png_filter, Some(5));
+        assert_eq!(
+            w.gpu_encode,
+            Ok(GpuEncodeWish::Png {
+                filter: 5,
+                effort: PngEffort::Fast
+            })
+        );
+        // Balanced PNG: no rows for the writers (they use the png crate on pixels), but the
+        // GPU filters and compresses harder.
+        let w = output_wish(
+            &out(
+                OutputFormat::Png,
+                PngCompression::Balanced,
+                PngFilter::Paeth,
+            ),
+            GpuEncodeChoice::Gpu,
+        );
+        assert_eq!(w.png_filter, None);
+        assert_eq!(
+            w.gpu_encode,
+            Ok(GpuEncodeWish::Png {
+                filter: 4,
+                effort: PngEffort::Strong
+            })
+        );
+        assert_eq!(w.choice, GpuEncodeChoice::Gpu);
+        let w = output_wish(
+            &out(
+                OutputFormat::Jpeg,
+                PngCompression::Fast,
+                PngFilter::Adaptive,
+            ),
+            GpuEncodeChoice::Auto,
+        );
+        assert_eq!(w.png_filter, None);
+        assert_eq!(w.gpu_encode, Ok(GpuEncodeWish::Jpeg { quality: 85 }));
+        let none = output_wish(
+            &out(OutputFormat::Png, PngCompression::None, PngFilter::Adaptive),
+            GpuEncodeChoice::Auto,
+        );
+        assert!(none
+            .gpu_encode
+            .unwrap_err()
+            .contains("png_compression = none"));
+        let tiff = output_wish(
+            &out(
+                OutputFormat::Tiff,
+                PngCompression::Fast,
+                PngFilter::Adaptive,
+            ),
+            GpuEncodeChoice::Auto,
+        );
+        assert!(tiff
+            .gpu_encode
+            .unwrap_err()
+            .contains("no GPU encoder for tiff"));
     }
 }

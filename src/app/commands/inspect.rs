@@ -1,14 +1,48 @@
 //! `dicomflow inspect FILE`: what will be rendered and how — dimensions, frames, transfer
 //! syntax, bits, photometric interpretation, rescale and LUTs, every window with its index,
-//! and the window the current settings choose.
+//! the window the current settings choose, and who would compress the output (GPU or CPU, why).
 
 use std::fmt::Write;
 use std::path::Path;
 
 use dicom_encoding::transfer_syntax::TransferSyntaxIndex;
 
+use dicomflow::backend::options::GpuEncodeChoice;
 use dicomflow::decode::{probe, DecodeLimits, ImageFile};
+use dicomflow::output::options::{OutputFormat, OutputOptions};
 use dicomflow::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
+
+/// Who would compress `format` output under `choice` (`gpu.encode`): the GPU encoder and where
+/// its library was found, or the CPU and why. Only loads libraries (no device is opened).
+pub fn encoder_line(
+    format: OutputFormat,
+    choice: GpuEncodeChoice,
+    library_path: Option<&Path>,
+) -> String {
+    let output = OutputOptions {
+        format,
+        ..OutputOptions::default()
+    };
+    let wish = dicomflow::pipeline::output_wish(&output, choice);
+    if choice == GpuEncodeChoice::Cpu {
+        return "CPU (gpu.encode = cpu)".into();
+    }
+    let want = match wish.gpu_encode {
+        Ok(w) => w,
+        Err(why) => return format!("CPU ({why})"),
+    };
+    if let Err(why) = dicomflow::backend::cuda::driver::libraries() {
+        return format!("CPU (no CUDA backend here: {why})");
+    }
+    match dicomflow::backend::cuda::libs::open(&[want.library()], library_path) {
+        Ok(found) => format!(
+            "GPU when the CUDA backend renders ({} from {}); CPU otherwise",
+            want.library(),
+            found.path.display()
+        ),
+        Err(why) => format!("CPU ({why})"),
+    }
+}
 
 /// Describes `path` as text; `opts` is the window choice to explain.
 pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
@@ -205,6 +239,27 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
             .map_err(|e| FatalError::Config(format!("--voi-function: {e}")))?,
         None => None,
     };
+    let format = match a.format.as_str() {
+        "png" => OutputFormat::Png,
+        "jpeg" | "jpg" => OutputFormat::Jpeg,
+        "tiff" => OutputFormat::Tiff,
+        "bmp" => OutputFormat::Bmp,
+        other => {
+            return Err(FatalError::Config(format!(
+                "--format {other}: use png, jpeg, tiff or bmp"
+            )))
+        }
+    };
+    let choice = match a.gpu_encode.as_str() {
+        "auto" => GpuEncodeChoice::Auto,
+        "gpu" => GpuEncodeChoice::Gpu,
+        "cpu" => GpuEncodeChoice::Cpu,
+        other => {
+            return Err(FatalError::Config(format!(
+                "--gpu-encode {other}: use auto, gpu or cpu"
+            )))
+        }
+    };
     match describe(
         &a.file,
         &RenderOptions {
@@ -214,6 +269,10 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
     ) {
         Ok(text) => {
             print!("{text}");
+            println!(
+                "encoder            {}",
+                encoder_line(format, choice, a.library_path.as_deref())
+            );
             Ok(0)
         }
         Err(e) => {

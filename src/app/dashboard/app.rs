@@ -304,7 +304,7 @@ impl App {
                     p99_ms: st.p99_ms,
                     max_ms: st.max_ms,
                     busy: self.rates.stage_busy(s, i),
-                    present: st.count > 0 || (st.workers > 0 && !id.is_transfer()),
+                    present: st.count > 0 || (st.workers > 0 && !id.is_optional()),
                     bottleneck: false,
                 }
             })

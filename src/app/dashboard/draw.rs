@@ -311,6 +311,9 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
                 lines.push(Line::from(format!("{i}: {d}  {frames} fr")));
             }
             lines.push(Line::from(format!("transfer: {}", g.strategy)));
+            if !g.encoder.is_empty() {
+                lines.push(Line::from(format!("encoder: {}", g.encoder)));
+            }
             for (i, p) in g.pools.iter().enumerate() {
                 lines.push(Line::from(format!(
                     "pool {i}: {:.0}/{:.0} MB used/rsv",
@@ -320,6 +323,13 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
             }
             if g.pinned_bytes > 0 {
                 lines.push(Line::from(format!("pinned host: {}", mb(g.pinned_bytes))));
+            }
+            if s.gpu_encoded_frames > 0 {
+                lines.push(Line::from(format!(
+                    "GPU encoded: {} fr, {:.0} KB/fr",
+                    s.gpu_encoded_frames,
+                    s.gpu_encoded_bytes as f64 / 1e3 / s.gpu_encoded_frames as f64
+                )));
             }
         }
         None => {

@@ -246,6 +246,14 @@ impl Shared {
                 .iter()
                 .map(|f| f.load(Ordering::Relaxed))
                 .collect(),
+            encoder: match &self.encoder {
+                None => "CPU".into(),
+                Some(GpuEncoder::Png { nvcomp, .. }) => format!("GPU, nvCOMP {}", nvcomp.version),
+                Some(GpuEncoder::Jpeg { nvjpeg, .. }) => format!(
+                    "GPU, nvJPEG {}",
+                    nvjpeg.first().map(|l| l.version.as_str()).unwrap_or("?")
+                ),
+            },
         });
     }
 }
@@ -588,5 +596,57 @@ mod tests {
         assert_eq!(visible_of(1, Some("0,1,2")), 1);
         assert_eq!(visible_of(2, Some("")), 0);
         assert_eq!(visible_of(0, None), 0);
+    }
+
+    #[test]
+    fn the_encoder_choice_says_why_the_cpu_encodes() {
+        use super::encode::{GpuEncodeWish, PngEffort};
+        use super::{load_encoder, GpuEncodeChoice, GpuOptions, OutputWish};
+        let dir = crate::scratch_dir("encoder-choice");
+        let png = OutputWish {
+            png_filter: Some(5),
+            gpu_encode: Ok(GpuEncodeWish::Png {
+                filter: 5,
+                effort: PngEffort::Fast,
+            }),
+            choice: GpuEncodeChoice::Auto,
+        };
+        let gpu = |encode| GpuOptions {
+            encode,
+            library_path: Some(dir.clone()),
+            ..GpuOptions::default()
+        };
+        let (enc, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Cpu), &png, &[]).unwrap();
+        assert!(enc.is_none());
+        assert_eq!((line.as_str(), why.as_str()), ("cpu", "gpu.encode = cpu"));
+        let tiff = OutputWish {
+            gpu_encode: Err("no GPU encoder for tiff output".into()),
+            ..png.clone()
+        };
+        let (_, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &tiff, &[]).unwrap();
+        assert_eq!(line, "cpu");
+        assert_eq!(why, "gpu.encode = auto: no GPU encoder for tiff output");
+        let err = load_encoder(&gpu(GpuEncodeChoice::Gpu), &tiff, &[])
+            .err()
+            .unwrap();
+        assert!(
+            err.contains("gpu.encode = gpu, but no GPU encoder"),
+            "{err}"
+        );
+        // Where libnvcomp is missing (CI): auto says so and the CPU encodes; gpu refuses.
+        if super::nvcomp::Nvcomp::load(Some(&dir)).is_err() {
+            let (enc, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &png, &[]).unwrap();
+            assert!(enc.is_none());
+            assert_eq!(line, "cpu");
+            assert!(
+                why.starts_with("gpu.encode = auto: libnvcomp.so.6 not found"),
+                "{why}"
+            );
+            let err = load_encoder(&gpu(GpuEncodeChoice::Gpu), &png, &[])
+                .err()
+                .unwrap();
+            assert!(err.contains("libnvcomp.so.6 not found"), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
