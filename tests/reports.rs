@@ -234,6 +234,7 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
             "read+decode",
             "transfer in",
             "compute",
+            "gpu encode",
             "transfer out",
             "encode",
             "write"

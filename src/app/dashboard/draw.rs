@@ -43,7 +43,7 @@ fn short_path(p: &Path) -> String {
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
     let compact = area.width < 80;
-    let stages_h = 2 + 1 + app.snap.stages.len() as u16;
+    let stages_h = 2 + 1 + app.stage_rows().len() as u16;
     let queues_h = 2 + (app.snap.gauges.len().clamp(1, 6) as u16);
     // What fits: the stage table always; the queue row and the bottom row when there is room.
     let fixed = 1 + 1 + stages_h + 1;
@@ -343,8 +343,12 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
             }
         }
     }
-    if let Some([h2d, k, d2h]) = app.gpu_split() {
-        if s.gpu.is_some() {
+    if let Some([h2d, k, enc, d2h]) = app.gpu_split() {
+        if s.gpu.is_some() && enc > 0.0 {
+            lines.push(Line::from(format!(
+                "H2D {h2d:.0}% | kernel {k:.0}% | enc {enc:.0}% | D2H {d2h:.0}%"
+            )));
+        } else if s.gpu.is_some() {
             lines.push(Line::from(format!(
                 "H2D {h2d:.0}% | kernel {k:.0}% | D2H {d2h:.0}%"
             )));

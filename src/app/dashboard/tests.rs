@@ -40,6 +40,10 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         },
         stage(StageId::Compute, done + 5, 1, 0.20, 0.75),
         StageSnapshot {
+            name: "gpu encode".into(),
+            ..Default::default()
+        },
+        StageSnapshot {
             name: "transfer out".into(),
             ..Default::default()
         },
