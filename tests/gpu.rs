@@ -233,18 +233,19 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
         (Transfer::Pinned, PageLocking::Register, OutputFormat::Bmp),
         (Transfer::Pageable, PageLocking::Register, OutputFormat::Bmp),
     ] {
+        // The writers encode: this test is about the pixels and rows the GPU leaves.
         let gpu = GpuOptions {
             transfer,
             page_locking,
             gpus: GpuSelection::List(vec![0]),
+            encode: GpuEncodeChoice::Cpu,
             ..GpuOptions::default()
         };
         let output = OutputOptions {
             format,
             ..OutputOptions::default()
         };
-        // The writers encode: this test is about the pixels and rows the GPU leaves.
-        let wish = output_wish(&output, GpuEncodeChoice::Cpu);
+        let wish = output_wish(&output);
         let backend = CudaBackend::new(&gpu, &wish, "test").expect("CUDA backend");
         let mut worker = backend.worker(0).unwrap();
         let pool = SlotPool::new(2, 0, 0, backend.allocator()).unwrap();
@@ -617,7 +618,7 @@ fn gpu_encoders_compress_every_plan_to_the_cpu_pixels() {
             png_compression: compression,
             ..OutputOptions::default()
         };
-        let backend = CudaBackend::new(&gpu, &output_wish(&output, GpuEncodeChoice::Gpu), "test")
+        let backend = CudaBackend::new(&gpu, &output_wish(&output), "test")
             .expect("CUDA backend with its GPU encoder");
         assert!(
             backend.info().encoder.starts_with("gpu: "),

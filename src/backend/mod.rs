@@ -60,10 +60,9 @@ pub struct OutputWish {
     /// The PNG row filter a GPU applies after rendering so that the writers only deflate (fast
     /// PNG; see `output::encode::png_filter_mode`), `None` for plain pixels.
     pub png_filter: Option<u32>,
-    /// The encoder a GPU could run for this output instead, or why there is none.
+    /// The encoder a GPU could run for this output instead (when `gpu.encode` allows it), or
+    /// why there is none.
     pub gpu_encode: Result<cuda::encode::GpuEncodeWish, String>,
-    /// `gpu.encode`.
-    pub choice: options::GpuEncodeChoice,
 }
 
 impl Default for OutputWish {
@@ -71,7 +70,6 @@ impl Default for OutputWish {
         OutputWish {
             png_filter: None,
             gpu_encode: Err("no output format given".into()),
-            choice: options::GpuEncodeChoice::Auto,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::options::{BackendChoice, BackendOptions, GpuEncodeChoice};
+use crate::backend::options::{BackendChoice, BackendOptions};
 use crate::backend::{Backend, OutputWish};
 use crate::error::FatalError;
 use crate::memory::{round_up, SlotHint};
@@ -26,7 +26,7 @@ pub fn select_backend(
     job: &Job,
     inputs: &[PathBuf],
 ) -> Result<Arc<dyn Backend>, FatalError> {
-    let wish = output_wish(&job.output, options.gpu.encode);
+    let wish = output_wish(&job.output);
     match options.choice {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
         BackendChoice::Cuda => {
@@ -63,9 +63,10 @@ pub fn select_backend(
 }
 
 /// What the writers want from a GPU render worker for `output`: rows PNG-filtered for a fast
-/// PNG the writers deflate, and the encoder the GPU could run instead (`gpu.encode`): nvCOMP for
-/// compressed PNG, nvJPEG for JPEG; none for TIFF, BMP and uncompressed PNG.
-pub fn output_wish(output: &OutputOptions, choice: GpuEncodeChoice) -> OutputWish {
+/// PNG the writers deflate, and the encoder the GPU could run instead (when `gpu.encode`
+/// allows it): nvCOMP for compressed PNG, nvJPEG for JPEG; none for TIFF, BMP and uncompressed
+/// PNG.
+pub fn output_wish(output: &OutputOptions) -> OutputWish {
     use crate::backend::cuda::encode::{GpuEncodeWish, PngEffort};
     let encode = output.encode();
     let gpu_encode = match output.format {
@@ -88,7 +89,6 @@ pub fn output_wish(output: &OutputOptions, choice: GpuEncodeChoice) -> OutputWis
     OutputWish {
         png_filter: crate::output::encode::png_filter_mode(&encode),
         gpu_encode,
-        choice,
     }
 }
 
@@ -227,10 +227,11 @@ mod tests {
             jpeg_quality: 85,
             ..OutputOptions::default()
         };
-        let w = output_wish(
-            &out(OutputFormat::Png, PngCompression::Fast, PngFilter::Adaptive),
-            GpuEncodeChoice::Auto,
-        );
+        let w = output_wish(&out(
+            OutputFormat::Png,
+            PngCompression::Fast,
+            PngFilter::Adaptive,
+        ));
         assert_eq!(w.png_filter, Some(5));
         assert_eq!(
             w.gpu_encode,
@@ -241,14 +242,11 @@ mod tests {
         );
         // Balanced PNG: no rows for the writers (they use the png crate on pixels), but the
         // GPU filters and compresses harder.
-        let w = output_wish(
-            &out(
-                OutputFormat::Png,
-                PngCompression::Balanced,
-                PngFilter::Paeth,
-            ),
-            GpuEncodeChoice::Gpu,
-        );
+        let w = output_wish(&out(
+            OutputFormat::Png,
+            PngCompression::Balanced,
+            PngFilter::Paeth,
+        ));
         assert_eq!(w.png_filter, None);
         assert_eq!(
             w.gpu_encode,
@@ -257,33 +255,27 @@ mod tests {
                 effort: PngEffort::Strong
             })
         );
-        assert_eq!(w.choice, GpuEncodeChoice::Gpu);
-        let w = output_wish(
-            &out(
-                OutputFormat::Jpeg,
-                PngCompression::Fast,
-                PngFilter::Adaptive,
-            ),
-            GpuEncodeChoice::Auto,
-        );
+        let w = output_wish(&out(
+            OutputFormat::Jpeg,
+            PngCompression::Fast,
+            PngFilter::Adaptive,
+        ));
         assert_eq!(w.png_filter, None);
         assert_eq!(w.gpu_encode, Ok(GpuEncodeWish::Jpeg { quality: 85 }));
-        let none = output_wish(
-            &out(OutputFormat::Png, PngCompression::None, PngFilter::Adaptive),
-            GpuEncodeChoice::Auto,
-        );
+        let none = output_wish(&out(
+            OutputFormat::Png,
+            PngCompression::None,
+            PngFilter::Adaptive,
+        ));
         assert!(none
             .gpu_encode
             .unwrap_err()
             .contains("png_compression = none"));
-        let tiff = output_wish(
-            &out(
-                OutputFormat::Tiff,
-                PngCompression::Fast,
-                PngFilter::Adaptive,
-            ),
-            GpuEncodeChoice::Auto,
-        );
+        let tiff = output_wish(&out(
+            OutputFormat::Tiff,
+            PngCompression::Fast,
+            PngFilter::Adaptive,
+        ));
         assert!(tiff
             .gpu_encode
             .unwrap_err()

@@ -23,7 +23,7 @@ pub fn encoder_line(
         format,
         ..OutputOptions::default()
     };
-    let wish = dicomflow::pipeline::output_wish(&output, choice);
+    let wish = dicomflow::pipeline::output_wish(&output);
     if choice == GpuEncodeChoice::Cpu {
         return "CPU (gpu.encode = cpu)".into();
     }

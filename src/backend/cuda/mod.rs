@@ -609,7 +609,6 @@ mod tests {
                 filter: 5,
                 effort: PngEffort::Fast,
             }),
-            choice: GpuEncodeChoice::Auto,
         };
         let gpu = |encode| GpuOptions {
             encode,
