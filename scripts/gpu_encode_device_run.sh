@@ -6,6 +6,7 @@
 # Run on the GPU machine from a staged tree (.device/ from device-stage.sh, this repository's
 # files), with libnvcomp.so.6 (pip nvidia-libnvcomp-cu13) xz-compressed one folder up:
 #   bash scripts/gpu_encode_device_run.sh ../libnvcomp.so.6.xz "$OUT"
+# SPECS (default "512:4000 2000:1000", size:slices), TESTS_TIMEOUT and BENCH_TIMEOUT (s) bound it.
 # Writes tests.log, table-512.txt, table-2000.txt, stages.txt and up to 4 sample PNGs to OUT.
 set -u
 lib_xz=$1
@@ -26,7 +27,7 @@ extras=(
   --extra "cpu jpeg=--backend cpu --format jpeg"
   --extra "cuda gpu-encode jpeg=--backend cuda --transfer zero-copy --gpu-encode gpu --format jpeg"
 )
-for spec in 512:4000 2000:1000; do
+for spec in ${SPECS:-512:4000 2000:1000}; do
   size=${spec%%:*}
   slices=${spec##*:}
   timeout "${BENCH_TIMEOUT:-100}" python3 scripts/bench_host.py "$df" /nonexistent "/tmp/bench-$size" \
