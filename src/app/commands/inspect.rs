@@ -31,6 +31,14 @@ pub fn encoder_line(
         Ok(w) => w,
         Err(why) => return format!("CPU ({why})"),
     };
+    if choice == GpuEncodeChoice::Auto
+        && matches!(
+            want,
+            dicomflow::backend::cuda::encode::GpuEncodeWish::Png { .. }
+        )
+    {
+        return format!("CPU ({})", dicomflow::backend::cuda::AUTO_PNG_ON_CPU);
+    }
     if let Err(why) = dicomflow::backend::cuda::driver::libraries() {
         return format!("CPU (no CUDA backend here: {why})");
     }

@@ -78,9 +78,19 @@ pub(crate) enum GpuEncoder {
     },
 }
 
+/// Why `gpu.encode = "auto"` leaves PNG to the CPU encoders: nvCOMP's per-slice compression was
+/// measured slower than them end to end (H200 host, device run 7: 1000 x 2000² at 361 slices/s
+/// with 2 streams and 699 with 8, against 849 for CUDA with the CPU encoding and 1076 for the
+/// CPU backend; 512² at 802 / 2257 against 6759 / 12057), the render workers waiting on
+/// nvCOMP (GPU encode 92–97 % busy, 2.2–4 ms per slice). JPEG (nvJPEG, 0.1–0.2 ms per slice)
+/// wins and stays on the GPU.
+pub const AUTO_PNG_ON_CPU: &str = "gpu.encode = auto: PNG stays on the CPU encoders, which beat \
+    nvCOMP's per-slice compression end to end (BENCHMARKS.md); gpu.encode = gpu uses nvCOMP";
+
 /// Loads the library of the encoder `wish` names (when `gpu.encode` allows it) for `devices`:
 /// the encoder, and what the run should say about it. With `gpu.encode = "gpu"` a library that
-/// does not load is an error; with `auto` the writers encode and the reason says why.
+/// does not load is an error; with `auto` the writers encode and the reason says why, and PNG
+/// stays with the writers ([`AUTO_PNG_ON_CPU`]).
 fn load_encoder(
     gpu: &GpuOptions,
     wish: &OutputWish,
@@ -97,6 +107,11 @@ fn load_encoder(
         }
         Err(why) => return cpu(format!("gpu.encode = auto: {why}")),
     };
+    if gpu.encode == GpuEncodeChoice::Auto {
+        if let encode::GpuEncodeWish::Png { .. } = want {
+            return cpu(AUTO_PNG_ON_CPU.into());
+        }
+    }
     let mode = match gpu.encode {
         GpuEncodeChoice::Gpu => "gpu.encode = gpu",
         _ => "gpu.encode = auto",
@@ -632,15 +647,13 @@ mod tests {
             err.contains("gpu.encode = gpu, but no GPU encoder"),
             "{err}"
         );
-        // Where libnvcomp is missing (CI): auto says so and the CPU encodes; gpu refuses.
+        // PNG under auto: the CPU encoders, measured faster, whether nvCOMP loads or not.
+        let (enc, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &png, &[]).unwrap();
+        assert!(enc.is_none());
+        assert_eq!(line, "cpu");
+        assert_eq!(why, super::AUTO_PNG_ON_CPU);
+        // Where libnvcomp is missing (CI), gpu refuses, naming the library.
         if super::nvcomp::Nvcomp::load(Some(&dir)).is_err() {
-            let (enc, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &png, &[]).unwrap();
-            assert!(enc.is_none());
-            assert_eq!(line, "cpu");
-            assert!(
-                why.starts_with("gpu.encode = auto: libnvcomp.so.6 not found"),
-                "{why}"
-            );
             let err = load_encoder(&gpu(GpuEncodeChoice::Gpu), &png, &[])
                 .err()
                 .unwrap();
