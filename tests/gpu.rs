@@ -312,21 +312,10 @@ fn run(args: &[&str]) -> std::process::Output {
 }
 
 fn outputs(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut v = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "png") {
-                let img = image::open(&p).unwrap().into_bytes();
-                v.push((p.strip_prefix(dir).unwrap().to_path_buf(), img));
-            }
-        }
-    }
-    v.sort();
-    v
+    files(dir, "png")
+        .into_iter()
+        .map(|(p, bytes)| (p, image::load_from_memory(&bytes).unwrap().into_bytes()))
+        .collect()
 }
 
 #[test]
@@ -713,23 +702,14 @@ fn psnr(a: &[u8], b: &[u8]) -> f64 {
 
 /// Files under `dir` with extension `ext`, relative path → bytes.
 fn files(dir: &Path, ext: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut v = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == ext) {
-                v.push((
-                    p.strip_prefix(dir).unwrap().to_path_buf(),
-                    std::fs::read(&p).unwrap(),
-                ));
-            }
-        }
-    }
-    v.sort();
-    v
+    common::files_under(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .map(|p| {
+            let bytes = std::fs::read(dir.join(&p)).unwrap();
+            (p, bytes)
+        })
+        .collect()
 }
 
 /// The acceptance run: every conformance fixture and the 200-slice sample series, CUDA

@@ -177,43 +177,23 @@ fn describe_zlib(z: &[u8]) -> String {
     }
 }
 
-/// Sustained PNG encoding: `streams` threads, each with its own stream and encoder, each
-/// queueing `rounds` slices and copying the packed stream to mapped host memory, synchronizing
-/// per slice as a render worker does.
-#[allow(clippy::too_many_arguments)]
-fn png_sustained(
+/// Runs `work(thread, stream)` on `streams` threads at once, each with its own stream on
+/// `device`, and returns `streams × rounds` slices over the wall time.
+fn on_streams(
     device: &Arc<Device>,
-    module: &Arc<Module>,
-    nvcomp: &Arc<Nvcomp>,
-    rows: &[u64],
-    rows_len: usize,
-    algorithm: i32,
     streams: usize,
     rounds: usize,
+    work: impl Fn(usize, &Arc<Stream>) -> Result<(), String> + Sync,
 ) -> Result<f64, String> {
     let started = Instant::now();
+    let work = &work;
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..streams)
             .map(|t| {
                 s.spawn(move || -> Result<(), String> {
                     device.bind().map_err(e)?;
                     let stream = Stream::new(device).map_err(e)?;
-                    let mut enc = GpuPng::new(
-                        nvcomp.clone(),
-                        module,
-                        stream.clone(),
-                        algorithm,
-                        [0x78, 0x01],
-                    )?;
-                    let mut host = driver::MappedRegion::new(rows_len + 64).map_err(e)?;
-                    let dst = host.register().map_err(e)?;
-                    for r in 0..rounds {
-                        let src = rows[(t + r) % rows.len()];
-                        enc.queue(src, rows_len, rows_len, None)?;
-                        enc.copy_packed(dst, rows_len).map_err(e)?;
-                        stream.synchronize().map_err(e)?;
-                    }
-                    Ok(())
+                    work(t, &stream)
                 })
             })
             .collect();
@@ -226,6 +206,39 @@ fn png_sustained(
         r?;
     }
     Ok((streams * rounds) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Sustained PNG encoding: each stream queues `rounds` slices and copies the packed stream to
+/// mapped host memory, synchronizing per slice as a render worker does.
+#[allow(clippy::too_many_arguments)]
+fn png_sustained(
+    device: &Arc<Device>,
+    module: &Arc<Module>,
+    nvcomp: &Arc<Nvcomp>,
+    rows: &[u64],
+    rows_len: usize,
+    algorithm: i32,
+    streams: usize,
+    rounds: usize,
+) -> Result<f64, String> {
+    on_streams(device, streams, rounds, |t, stream| {
+        let mut enc = GpuPng::new(
+            nvcomp.clone(),
+            module,
+            stream.clone(),
+            algorithm,
+            [0x78, 0x01],
+        )?;
+        let mut host = driver::MappedRegion::new(rows_len + 64).map_err(e)?;
+        let dst = host.register().map_err(e)?;
+        for r in 0..rounds {
+            let src = rows[(t + r) % rows.len()];
+            enc.queue(src, rows_len, rows_len, None)?;
+            enc.copy_packed(dst, rows_len).map_err(e)?;
+            stream.synchronize().map_err(e)?;
+        }
+        Ok(())
+    })
 }
 
 /// Runs the benchmark and returns the printed report.
@@ -625,51 +638,23 @@ fn jpeg_sustained(
     rounds: usize,
 ) -> Result<f64, String> {
     let pixels: Vec<u64> = dev.pixels.iter().map(|b| b.ptr()).collect();
-    let started = Instant::now();
-    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..streams)
-            .map(|t| {
-                let pixels = &pixels;
-                s.spawn(move || -> Result<(), String> {
-                    device.bind().map_err(e)?;
-                    let stream = Stream::new(device).map_err(e)?;
-                    let mut enc =
-                        JpegEncoder::new(nvjpeg.clone(), &stream, 90).map_err(|e| e.to_string())?;
-                    let mut host =
-                        driver::MappedRegion::new(size as usize * size as usize * 2).map_err(e)?;
-                    host.register().map_err(e)?;
-                    // SAFETY: the region is ours, mapped and registered, len bytes.
-                    let out = unsafe { std::slice::from_raw_parts_mut(host.as_ptr(), host.len()) };
-                    for r in 0..rounds {
-                        // SAFETY: the pixels outlive the threads (scoped).
-                        unsafe {
-                            enc.encode(
-                                pixels[(t + r) % pixels.len()],
-                                size,
-                                size,
-                                1,
-                                Chroma::Full444,
-                            )
-                        }
-                        .map_err(|e| e.to_string())?;
-                        let len = enc.length().map_err(|e| e.to_string())?;
-                        let room = out.len();
-                        enc.retrieve(&mut out[..len.min(room)])
-                            .map_err(|e| e.to_string())?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
-            .collect()
-    });
-    for r in results {
-        r?;
-    }
-    Ok((streams * rounds) as f64 / started.elapsed().as_secs_f64())
+    on_streams(device, streams, rounds, |t, stream| {
+        let mut enc = JpegEncoder::new(nvjpeg.clone(), stream, 90).map_err(|e| e.to_string())?;
+        let mut host = driver::MappedRegion::new(size as usize * size as usize * 2).map_err(e)?;
+        host.register().map_err(e)?;
+        // SAFETY: the region is ours, mapped and registered, len bytes.
+        let out = unsafe { std::slice::from_raw_parts_mut(host.as_ptr(), host.len()) };
+        for r in 0..rounds {
+            let px = pixels[(t + r) % pixels.len()];
+            // SAFETY: the pixels outlive the threads (scoped).
+            unsafe { enc.encode(px, size, size, 1, Chroma::Full444) }.map_err(|e| e.to_string())?;
+            let len = enc.length().map_err(|e| e.to_string())?;
+            let room = out.len();
+            enc.retrieve(&mut out[..len.min(room)])
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })
 }
 
 /// `dicomflow bench gpu-encode`: prints the report.

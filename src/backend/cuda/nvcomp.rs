@@ -134,16 +134,12 @@ impl std::fmt::Debug for Nvcomp {
     }
 }
 
-/// Copies a function pointer of type `T` out of `lib`.
-///
 /// # Safety
-/// `T` must be the exact `extern "C"` signature of the symbol `name`.
+/// As [`libs::symbol`]: `T` is the symbol's exact signature, and the pointer is dropped with the
+/// library (the struct keeps both).
 unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
-    // SAFETY: forwarded contract; the pointer is used only while the library stays loaded
-    // (`Nvcomp` keeps it).
-    unsafe { lib.get::<T>(name.as_bytes()) }
-        .map(|s| *s)
-        .map_err(|e| format!("libnvcomp: {name}: {e}"))
+    // SAFETY: forwarded contract.
+    unsafe { libs::symbol(lib, "libnvcomp", name) }
 }
 
 impl Nvcomp {

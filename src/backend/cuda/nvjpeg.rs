@@ -47,17 +47,9 @@ type StateDestroy = unsafe extern "C" fn(EncoderState) -> Status;
 type ParamsCreate = unsafe extern "C" fn(Handle, *mut EncoderParams, CUstream) -> Status;
 type ParamsDestroy = unsafe extern "C" fn(EncoderParams) -> Status;
 type ParamsSetInt = unsafe extern "C" fn(EncoderParams, i32, CUstream) -> Status;
-type EncodeYuv = unsafe extern "C" fn(
-    Handle,
-    EncoderState,
-    EncoderParams,
-    *const Image,
-    i32,
-    i32,
-    i32,
-    CUstream,
-) -> Status;
-type EncodeImage = unsafe extern "C" fn(
+/// `nvjpegEncodeYUV` (the `i32` a chroma subsampling) and `nvjpegEncodeImage` (an input
+/// format): handle, state, parameters, image, that `i32`, width, height, stream.
+type Encode = unsafe extern "C" fn(
     Handle,
     EncoderState,
     EncoderParams,
@@ -111,8 +103,8 @@ struct Fns {
     set_quality: ParamsSetInt,
     set_sampling: ParamsSetInt,
     set_optimized_huffman: ParamsSetInt,
-    encode_yuv: EncodeYuv,
-    encode_image: EncodeImage,
+    encode_yuv: Encode,
+    encode_image: Encode,
     retrieve: Retrieve,
 }
 
@@ -142,12 +134,11 @@ impl std::fmt::Debug for Nvjpeg {
 }
 
 /// # Safety
-/// `T` must be the exact `extern "C"` signature of the symbol `name`.
+/// As [`libs::symbol`]: `T` is the symbol's exact signature, and the pointer is dropped with the
+/// library (the struct keeps both).
 unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
-    // SAFETY: forwarded contract; `Nvjpeg` keeps the library loaded.
-    unsafe { lib.get::<T>(name.as_bytes()) }
-        .map(|s| *s)
-        .map_err(|e| format!("libnvjpeg: {name}: {e}"))
+    // SAFETY: forwarded contract.
+    unsafe { libs::symbol(lib, "libnvjpeg", name) }
 }
 
 impl Nvjpeg {
@@ -358,10 +349,7 @@ impl JpegEncoder {
             )
         })?;
         // NVIDIA's sample synchronizes between the length query and the copy.
-        self.owner.synchronize().map_err(|_| NvjpegError {
-            call: "cuStreamSynchronize",
-            status: 6,
-        })?;
+        self.wait()?;
         Ok(len)
     }
 
@@ -384,11 +372,16 @@ impl JpegEncoder {
         // true asynchronous DMA, so the bytes are there only after the stream is done. Without
         // this wait a writer read a slot's previous JPEG now and then (device run 7: one of
         // 200 series slices at 10.4 dB against the CPU's).
+        self.wait()?;
+        Ok(len)
+    }
+
+    /// Waits for the work queued on the encoder's stream.
+    fn wait(&self) -> Result<(), NvjpegError> {
         self.owner.synchronize().map_err(|_| NvjpegError {
             call: "cuStreamSynchronize",
             status: 6,
-        })?;
-        Ok(len)
+        })
     }
 }
 

@@ -113,6 +113,27 @@ pub struct CudaWorker {
     last_publish: Instant,
 }
 
+/// Queues `png_filter_rows` (kernels/png.cu): the frame's pixels at `pixels` as rows filtered
+/// with `mode` (a filter type, 5 adaptive) at `rows`, both device addresses.
+fn launch_filter(
+    f: Function,
+    stream: &Stream,
+    plan: &FramePlan,
+    mode: u32,
+    pixels: u64,
+    rows: u64,
+) -> Result<(), CudaError> {
+    let channels = plan.channels() as u32;
+    let args = Args::default()
+        .u64(pixels)
+        .u64(rows)
+        .u32(plan.cols * channels)
+        .u32(plan.rows)
+        .u32(channels)
+        .u32(mode);
+    driver::launch(f, plan.rows, BLOCK, 0, stream, args)
+}
+
 fn grid_for(work: u64) -> u32 {
     work.div_ceil(BLOCK as u64).clamp(1, 65_535 * 8) as u32
 }
@@ -472,20 +493,7 @@ impl CudaWorker {
             None => staged,
         };
         self.ev[1].record(&self.stream).map_err(cuda)?;
-        let window = match &plan.chain {
-            Chain::Gray(g) => match IndexMap::of(&g.stored) {
-                Some(map) => self.render_gray(g, map, pixels, io)?,
-                None => {
-                    return Err(RenderError::Internal(
-                        "deep grayscale routed to the GPU".into(),
-                    ))
-                }
-            },
-            Chain::Color(c) => {
-                self.render_color(c, pixels, io)?;
-                None
-            }
-        };
+        let window = self.render_chain(plan, pixels, io)?;
         if let Some(mode) = png_filter {
             self.filter_rows(strategy, plan, mode, io.output, staged.output)
                 .map_err(cuda)?;
@@ -495,10 +503,7 @@ impl CudaWorker {
             .map_err(cuda)?;
         self.ev[3].record(&self.stream).map_err(cuda)?;
         self.stream.synchronize().map_err(cuda)?;
-        let ms = |a: usize, b: usize| {
-            Event::elapsed_ms(&self.ev[a], &self.ev[b])
-                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
-        };
+        let ms = |a, b| self.between(a, b);
         // Every transfer is queued on this stream, so its events time all three parts.
         let timings = RenderTimings {
             transfer_in: ms(0, 1).map_err(cuda)?,
@@ -540,20 +545,7 @@ impl CudaWorker {
             output: dev_pixels,
         };
         self.ev[1].record(&self.stream).map_err(cuda)?;
-        let window = match &plan.chain {
-            Chain::Gray(g) => match IndexMap::of(&g.stored) {
-                Some(map) => self.render_gray(g, map, pixels, io)?,
-                None => {
-                    return Err(RenderError::Internal(
-                        "deep grayscale routed to the GPU".into(),
-                    ))
-                }
-            },
-            Chain::Color(c) => {
-                self.render_color(c, pixels, io)?;
-                None
-            }
-        };
+        let window = self.render_chain(plan, pixels, io)?;
         let device = Some(self.shared.devices[self.device_slot].ordinal);
         let mut outcome = RenderOutcome {
             window,
@@ -567,21 +559,13 @@ impl CudaWorker {
             Some(WorkerEncoder::Png { png, filter }) => {
                 let rows =
                     driver::ensure_buffer(&mut self.dev_rows, &self.stream, cap).map_err(cuda)?;
-                let channels = plan.channels() as u32;
-                let args = Args::default()
-                    .u64(dev_pixels)
-                    .u64(rows)
-                    .u32(plan.cols * channels)
-                    .u32(plan.rows)
-                    .u32(channels)
-                    .u32(*filter);
-                driver::launch(
+                launch_filter(
                     self.k.png_filter_rows,
-                    plan.rows,
-                    BLOCK,
-                    0,
                     &self.stream,
-                    args,
+                    plan,
+                    *filter,
+                    dev_pixels,
+                    rows,
                 )
                 .map_err(cuda)?;
                 self.ev[2].record(&self.stream).map_err(cuda)?;
@@ -619,10 +603,7 @@ impl CudaWorker {
                     self.stream.synchronize().map_err(cuda)?;
                     len
                 };
-                let ms = |a: usize, b: usize| {
-                    Event::elapsed_ms(&self.ev[a], &self.ev[b])
-                        .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
-                };
+                let ms = |a, b| self.between(a, b);
                 outcome.timings = RenderTimings {
                     transfer_in: ms(0, 1).map_err(cuda)?,
                     compute: ms(1, 2).map_err(cuda)?,
@@ -677,10 +658,7 @@ impl CudaWorker {
                     .map_err(cuda)?;
                     self.stream.synchronize().map_err(cuda)?;
                 }
-                let ms = |a: usize, b: usize| {
-                    Event::elapsed_ms(&self.ev[a], &self.ev[b])
-                        .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
-                };
+                let ms = |a, b| self.between(a, b);
                 outcome.timings = RenderTimings {
                     transfer_in: ms(0, 1).map_err(cuda)?,
                     compute: ms(1, 2).map_err(cuda)?,
@@ -691,6 +669,35 @@ impl CudaWorker {
             None => return Err(RenderError::Internal("no GPU encoder".into())),
         }
         Ok(outcome)
+    }
+
+    /// Runs the plan's chain: pixels from `io.input` to `io.output`; the window applied.
+    fn render_chain(
+        &mut self,
+        plan: &FramePlan,
+        pixels: u64,
+        io: Io,
+    ) -> Result<Option<Window>, RenderError> {
+        Ok(match &plan.chain {
+            Chain::Gray(g) => match IndexMap::of(&g.stored) {
+                Some(map) => self.render_gray(g, map, pixels, io)?,
+                None => {
+                    return Err(RenderError::Internal(
+                        "deep grayscale routed to the GPU".into(),
+                    ))
+                }
+            },
+            Chain::Color(c) => {
+                self.render_color(c, pixels, io)?;
+                None
+            }
+        })
+    }
+
+    /// Time between the completed events `a` and `b` of this frame.
+    fn between(&self, a: usize, b: usize) -> Result<Duration, CudaError> {
+        Event::elapsed_ms(&self.ev[a], &self.ev[b])
+            .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
     }
 
     /// The fallback of a frame the GPU could not encode: its filtered rows into the slot.
@@ -741,21 +748,13 @@ impl CudaWorker {
             Strategy::ZeroCopy => driver::ensure_buffer(&mut self.dev_rows, &self.stream, bytes)?,
             Strategy::Pinned | Strategy::Pageable => output,
         };
-        let channels = plan.channels() as u32;
-        let args = Args::default()
-            .u64(pixels)
-            .u64(rows_at)
-            .u32(plan.cols * channels)
-            .u32(plan.rows)
-            .u32(channels)
-            .u32(mode);
-        driver::launch(
+        launch_filter(
             self.k.png_filter_rows,
-            plan.rows,
-            BLOCK,
-            0,
             &self.stream,
-            args,
+            plan,
+            mode,
+            pixels,
+            rows_at,
         )?;
         if rows_at != output {
             let args = Args::default().u64(rows_at).u64(output).u64(bytes as u64);
