@@ -7,6 +7,7 @@ use crate::app::config::Settings;
 use dicomflow::backend::BackendInfo;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
 use dicomflow::pipeline::{FileStatus, RunResult};
+use dicomflow::source::select::ShardPlanInfo;
 
 /// Version of the report's layout (docs/report-schema.json). Fields may be added without a
 /// change of version; removing or changing one changes it.
@@ -72,6 +73,20 @@ pub struct ProcessTimes {
     pub report_s: f64,
 }
 
+/// A sharded run's part of the report: how its files were chosen (what `report merge` checks
+/// every shard agrees on), where and when it ran (what the merge's wall time comes from).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShardSection {
+    #[serde(flatten)]
+    pub plan: ShardPlanInfo,
+    /// The machine that ran it.
+    pub host: String,
+    /// When the process started and when this report was written, seconds since the Unix
+    /// epoch.
+    pub started_unix_s: f64,
+    pub finished_unix_s: f64,
+}
+
 /// The report document.
 #[derive(serde::Serialize)]
 pub struct Report<'a> {
@@ -85,6 +100,8 @@ pub struct Report<'a> {
     /// Per-stage statistics, gauges at the end, counters.
     pub statistics: &'a Snapshot,
     pub process: ProcessTimes,
+    /// With --shard: which shard, of which plan (null otherwise).
+    pub shard: Option<&'a ShardSection>,
 }
 
 /// Writes the JSON report atomically.
@@ -94,6 +111,7 @@ pub fn write_report(
     result: &RunResult,
     stats: &Snapshot,
     process: ProcessTimes,
+    shard: Option<&ShardSection>,
 ) -> std::io::Result<()> {
     let report = Report {
         report_version: REPORT_VERSION,
@@ -108,6 +126,7 @@ pub fn write_report(
         result,
         statistics: stats,
         process,
+        shard,
     };
     let bytes = serde_json::to_vec_pretty(&report)?;
     dicomflow::output::atomic::write_atomic(path, &bytes)

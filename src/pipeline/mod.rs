@@ -22,11 +22,12 @@ use crate::backend::Backend;
 use crate::error::FatalError;
 use crate::observe::stats::{Stats, ThreadLayout};
 use crate::observe::trace::Tracer;
+use crate::source::Sources;
 use options::{Job, Layout, PipelineOptions};
 
 use crate::memory::SlotPool;
 pub use events::{Collector, Event, FileRecord, FileStatus, RunResult};
-pub use prepare::{first_file_slot_hint, output_wish, select_backend};
+pub use prepare::{first_file_slot_hint, output_wish, select_backend, select_backend_for};
 
 /// Thread counts and ring depth actually used.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -172,6 +173,20 @@ pub fn run(
     cancel: Arc<AtomicBool>,
     tracer: Option<Arc<Tracer>>,
 ) -> Result<RunResult, FatalError> {
+    let sources = Sources::walk(inputs);
+    run_sources(job, &sources, backend, stats, cancel, tracer)
+}
+
+/// [`run`] over `sources`: every file under some inputs, one shard of them, or one shard of a
+/// manifest.
+pub fn run_sources(
+    job: &Job,
+    sources: &Sources,
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
     let started = Instant::now();
     let sizing = Sizing::of(&job.pipeline, backend.as_ref());
     if sizing.shared && job.pipeline.loaders > 0 {
@@ -281,7 +296,7 @@ pub fn run(
         let ctx = &ctx;
         spawn_named(s, "scan".into(), {
             let ev = event_tx.clone();
-            Box::new(move || stages::scan_stage(ctx, inputs, scan_tx, ev))
+            Box::new(move || stages::scan_stage(ctx, sources, scan_tx, ev))
         })?;
         for i in 0..sizing.loaders {
             let (rx, tx, ev) = (scan_rx.clone(), load_tx.clone(), event_tx.clone());

@@ -2,8 +2,13 @@
 //! files by their first bytes, and keep each file's path relative to the folder it was found
 //! under (for mirrored output names).
 
+pub mod manifest;
+pub mod select;
 pub mod series;
+pub mod shard;
 pub mod synth;
+
+pub use select::Sources;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,14 +71,14 @@ pub fn input_bytes(inputs: &[PathBuf], exclude: Option<&Path>, limit: u64) -> u6
 
 /// What the walk finds: a file (with its path relative to the input it was found under), or a
 /// path that could not be read.
-enum Found {
+pub(crate) enum Found {
     File { path: PathBuf, rel: PathBuf },
     Error { path: PathBuf, reason: String },
 }
 
 /// The walk behind [`scan`] and [`input_bytes`]: folders recursively in name order, real
 /// directories only (no symlink loops), `visit` returning false to stop.
-fn walk(
+pub(crate) fn walk(
     inputs: &[PathBuf],
     exclude: Option<&Path>,
     cancel: &AtomicBool,
@@ -163,7 +168,7 @@ fn walk(
 }
 
 /// Probes one file.
-fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
+pub(crate) fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
     match probe(&path) {
         Ok(Probe::NotDicom(reason)) => ScanItem::Skipped { path, reason },
         Ok(kind) => {

@@ -5,5 +5,7 @@ pub mod bench_encode;
 pub mod bench_gpu_encode;
 pub mod bench_transfer;
 pub mod inspect;
+pub mod report_merge;
 pub mod run;
+pub mod scan;
 pub mod synth;
