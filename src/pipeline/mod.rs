@@ -501,12 +501,14 @@ mod tests {
     /// slot as the CUDA worker does, and every third PNG frame as filtered rows (the fallback).
     struct EncodingBackend {
         format: crate::output::options::OutputFormat,
+        /// Frames rendered by all workers (every third falls back).
+        frames: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     struct EncodingWorker {
         format: crate::output::options::OutputFormat,
         cpu: crate::backend::cpu::CpuRenderer,
-        frames: usize,
+        frames: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl Backend for EncodingBackend {
@@ -530,7 +532,7 @@ mod tests {
             Ok(Box::new(EncodingWorker {
                 format: self.format,
                 cpu: Default::default(),
-                frames: 0,
+                frames: self.frames.clone(),
             }))
         }
         fn default_workers(&self) -> usize {
@@ -552,7 +554,9 @@ mod tests {
             let window = self.cpu.render_bytes(plan, &input, &mut pixels)?;
             let (w, h, ch) = (plan.cols, plan.rows, plan.channels());
             let cap = plan.output_capacity();
-            self.frames += 1;
+            let n = 1 + self
+                .frames
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut outcome = crate::backend::RenderOutcome {
                 window,
                 timings: crate::backend::RenderTimings {
@@ -572,7 +576,7 @@ mod tests {
                         ch,
                         &mut rows,
                     );
-                    if self.frames % 3 == 0 {
+                    if n % 3 == 0 {
                         slot.output.bytes_mut(cap).copy_from_slice(&rows);
                         outcome.png_rows = true;
                         outcome.timings.encode = std::time::Duration::ZERO;
@@ -675,11 +679,13 @@ mod tests {
         run_with(cpu, OutputFormat::Png, "cpu");
         let gpu: Arc<dyn Backend> = Arc::new(EncodingBackend {
             format: OutputFormat::Png,
+            frames: Default::default(),
         });
         let (result, snap) = run_with(gpu, OutputFormat::Png, "gpu");
         assert_eq!(result.backend.encoder, "gpu: test");
         assert_eq!(result.totals.frames_written, 9);
-        // Every third frame fell back to filtered rows: those were deflated by the writers.
+        // Every third frame (of all workers) fell back to filtered rows: the writers deflated
+        // those.
         assert_eq!(snap.gpu_encoded_frames, 6);
         assert!(snap.gpu_encoded_bytes > 0);
         assert_eq!(snap.stages[StageId::GpuEncode as usize].count, 6);
@@ -689,6 +695,7 @@ mod tests {
 
         let jpeg: Arc<dyn Backend> = Arc::new(EncodingBackend {
             format: OutputFormat::Jpeg,
+            frames: Default::default(),
         });
         let (_, snap) = run_with(jpeg, OutputFormat::Jpeg, "jpeg");
         assert_eq!(snap.gpu_encoded_frames, 9);
