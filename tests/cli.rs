@@ -3,7 +3,7 @@
 //! naming the key, value and file), and `inspect`.
 
 mod common;
-use common::{bin, files_under, tempdir};
+use common::{bin, file_names, tempdir};
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -48,7 +48,7 @@ fn output_names_mirror_the_input_tree() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(
-        files_under(&out),
+        file_names(&out),
         [
             "a/1.2.840.99.7.png",
             "a/b/IM00001.png",
@@ -71,7 +71,7 @@ fn output_names_mirror_the_input_tree() {
         "--no-tui",
     ]);
     assert_eq!(o.status.code(), Some(0));
-    assert_eq!(files_under(&direct), ["IM00002.png"]);
+    assert_eq!(file_names(&direct), ["IM00002.png"]);
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -100,7 +100,7 @@ fn naming_patterns_use_sanitized_header_values() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(
-        files_under(&out),
+        file_names(&out),
         ["PHANTOM1/1/0001.jpg", "PHANTOM1/1/0002.jpg"]
     );
     std::fs::remove_dir_all(&root).unwrap();
@@ -252,11 +252,11 @@ fn every_thread_layout_writes_the_same_bytes() {
         let summary = run(&out, extra);
         assert!(summary.contains(threads), "{name}: {summary}");
         if files.is_empty() {
-            files = files_under(&out);
+            files = file_names(&out);
             assert_eq!(files.len(), 6 + 2 + 5 + 200, "{files:?}");
             continue;
         }
-        assert_eq!(files, files_under(&out), "{name}");
+        assert_eq!(files, file_names(&out), "{name}");
         for f in &files {
             assert!(
                 std::fs::read(reference.join(f)).unwrap() == std::fs::read(out.join(f)).unwrap(),

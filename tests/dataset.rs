@@ -6,7 +6,7 @@
 //! every thread layout).
 
 mod common;
-use common::{bin, files_under, tempdir};
+use common::{bin, file_names, tempdir};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -434,7 +434,7 @@ fn frames_pick_frames_of_multiframe_files_and_skip_files_without_them() {
         &["--frames", "1,3-4,last", "--report", s(&report)],
     );
     assert_eq!(
-        files_under(&out),
+        file_names(&out),
         [
             "mf/MF00001_f0001.png",
             "mf/MF00001_f0003.png",
@@ -444,7 +444,7 @@ fn frames_pick_frames_of_multiframe_files_and_skip_files_without_them() {
         ]
     );
     // The same frames as rendering everything.
-    for f in files_under(&out) {
+    for f in file_names(&out) {
         assert_eq!(
             std::fs::read(out.join(&f)).unwrap(),
             std::fs::read(all.join(&f)).unwrap(),
@@ -638,7 +638,7 @@ fn dicom_output_is_valid_secondary_capture_and_renders_back_to_the_same_pixels()
             "--window", "40,80", "--window", "80,200", "--window", "600,2800", "--format", "dcm",
         ],
     );
-    let files = files_under(&dcm_out);
+    let files = file_names(&dcm_out);
     assert_eq!(
         files,
         [
@@ -868,7 +868,7 @@ fn operators_write_the_same_bytes_in_every_layout_with_outputs_larger_than_input
     ] {
         let out = root.join(format!("o{}", layout.join("")));
         render(&input, &out, &[ops, layout].concat());
-        let got: Vec<(String, Vec<u8>)> = files_under(&out)
+        let got: Vec<(String, Vec<u8>)> = file_names(&out)
             .into_iter()
             .filter(|f| f.ends_with(".png"))
             .map(|f| {

@@ -15,6 +15,24 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dicomflow")
 }
 
+/// Every file under `dir` (recursively), as paths relative to it, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                v.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
 /// A fresh, empty scratch folder unique to this test process and `name`.
 pub fn tempdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
@@ -51,15 +69,12 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&bytes).unwrap()
 }
 
-/// Every file under `dir`, as paths relative to it, sorted (the run's `.dicomflow` folder
-/// left out, as [`output_files`] does).
-pub fn files_under(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = output_files(dir)
-        .into_keys()
+/// [`files_under`] as text, for comparing with lists of names.
+pub fn file_names(dir: &Path) -> Vec<String> {
+    files_under(dir)
+        .iter()
         .map(|p| p.to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
+        .collect()
 }
 
 /// What a bounded run of the binary did.
