@@ -573,29 +573,40 @@ fn gpu_operators_through_the_binary_match_the_cpu_for_every_strategy() {
         render(&cpu_out, &["--backend", "cpu"]);
         let expected = outputs(&cpu_out);
         assert!(!expected.is_empty(), "{case:?}: no outputs");
+        // Fast PNG has the GPU filter the rows; balanced PNG takes its pixels; with nvCOMP the
+        // GPU also compresses them (the PNG decodes to the same pixels).
+        let nvcomp = dicomflow::backend::cuda::libs::open(&["libnvcomp.so.6"], None).is_ok();
+        let mut encodings = vec![
+            (
+                "fast",
+                &["--png-compression", "fast", "--gpu-encode", "cpu"][..],
+            ),
+            (
+                "balanced",
+                &["--png-compression", "balanced", "--gpu-encode", "cpu"],
+            ),
+        ];
+        if nvcomp {
+            encodings.push(("nvcomp", &["--gpu-encode", "gpu"]));
+        }
         for transfer in ["zero-copy", "pinned", "pageable"] {
-            // Fast PNG has the GPU filter the rows; balanced PNG takes its pixels.
-            for compression in ["fast", "balanced"] {
-                let out = root.join(format!("{transfer}-{compression}-{n}"));
-                render(
-                    &out,
-                    &[
-                        "--backend",
-                        "cuda",
-                        "--transfer",
-                        transfer,
-                        "--png-compression",
-                        compression,
-                    ],
-                );
+            for (label, encoding) in &encodings {
+                let out = root.join(format!("{transfer}-{label}-{n}"));
+                let mut args = vec!["--backend", "cuda", "--transfer", transfer];
+                args.extend_from_slice(encoding);
+                render(&out, &args);
                 let got = outputs(&out);
                 assert_eq!(
                     got.len(),
                     expected.len(),
-                    "{transfer} {case:?}: output count"
+                    "{transfer} {label} {case:?}: output count"
                 );
                 for ((p, a), (_, b)) in got.iter().zip(&expected) {
-                    assert!(a == b, "{transfer} {case:?}: {} differs", p.display());
+                    assert!(
+                        a == b,
+                        "{transfer} {label} {case:?}: {} differs",
+                        p.display()
+                    );
                 }
             }
         }
