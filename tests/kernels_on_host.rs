@@ -138,6 +138,16 @@ fn run(exe: &Path, dir: &Path, cases: &[u8]) -> Vec<u8> {
     std::fs::read(&output).unwrap()
 }
 
+/// The harness's concatenated outputs against each case's expected bytes, in order.
+fn compare(got: &[u8], expected: &[(String, Vec<u8>)]) {
+    let mut at = 0;
+    for (what, want) in expected {
+        assert_eq!(&got[at..at + want.len()], &want[..], "{what}");
+        at += want.len();
+    }
+    assert_eq!(at, got.len());
+}
+
 fn noise(seed: u32, len: usize) -> Vec<u8> {
     let mut x = seed | 1;
     (0..len)
@@ -236,13 +246,7 @@ fn operator_kernels_equal_the_cpu_reference() {
             }
         }
     }
-    let got = run(&exe, &dir, &cases);
-    let mut at = 0;
-    for (what, want) in &expected {
-        assert_eq!(&got[at..at + want.len()], &want[..], "{what}");
-        at += want.len();
-    }
-    assert_eq!(at, got.len());
+    compare(&run(&exe, &dir, &cases), &expected);
     eprintln!(
         "kernels/ops.cu on the host: {} operator cases equal to the CPU reference",
         expected.len()
@@ -338,12 +342,6 @@ fn channel_kernel_equals_the_cpu_reference() {
             expected.push((format!("{stored:?} with {n} windows"), want));
         }
     }
-    let got = run(&exe, &dir, &cases);
-    let mut at = 0;
-    for (what, want) in &expected {
-        assert_eq!(&got[at..at + want.len()], &want[..], "{what}");
-        at += want.len();
-    }
-    assert_eq!(at, got.len());
+    compare(&run(&exe, &dir, &cases), &expected);
     std::fs::remove_dir_all(&dir).unwrap();
 }
