@@ -61,6 +61,18 @@ fn is_deflate(ts: &str) -> bool {
     ts == "1.2.840.10008.1.2.1.99"
 }
 
+/// Checks a file that has just arrived (received over the network, or found complete in a
+/// watched folder) without parsing it: its first bytes say DICOM and its structure is sound
+/// (every length fits in the file, nesting is bounded), the checks [`ImageFile::open`] runs
+/// first. A file cut short fails here.
+pub fn check_received(path: &Path) -> Result<(), String> {
+    match probe(path) {
+        Ok(Probe::NotDicom(reason)) => Err(reason),
+        Ok(kind) => guard::check_structure(path, &kind),
+        Err(e) => Err(format!("cannot read: {e}")),
+    }
+}
+
 /// Where a file's pixel data will come from.
 enum PixelSource {
     /// Native pixel data at a known file offset, read straight into slots.

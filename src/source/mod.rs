@@ -2,6 +2,8 @@
 //! files by their first bytes, and keep each file's path relative to the folder it was found
 //! under (for mirrored output names).
 
+pub mod listen;
+pub mod live;
 pub mod series;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,395 @@
+//! The spool: where a received instance becomes durable before the sender is told it was
+//! stored. An instance is streamed into `SPOOL/.incoming/<seq>.part` as its PDVs arrive
+//! (preamble and file meta first, then the data set bytes exactly as received, in the
+//! negotiated transfer syntax), then fsynced, renamed to `SPOOL/<seq>-<SOPInstanceUID>.dcm`
+//! and the folder fsynced: only then is the C-STORE answered with success. The entry is
+//! removed (or moved to the keep folder) once its outputs exist.
+//!
+//! `<seq>` is a zero-padded counter that grows across restarts, so a restart finds the
+//! entries in arrival order; `.incoming` holds only instances that were never acknowledged
+//! and is emptied when the spool opens.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use dicom_object::meta::FileMetaTableBuilder;
+
+/// dicomflow's implementation class UID, written into the file meta of spooled instances.
+pub const IMPLEMENTATION_CLASS_UID: &str = "2.25.11727914442730484337223374930721977588";
+/// The implementation version name written beside it.
+pub const IMPLEMENTATION_VERSION_NAME: &str = concat!("DICOMFLOW_", env!("CARGO_PKG_VERSION"));
+
+const INCOMING: &str = ".incoming";
+/// Digits of the sequence number in entry names.
+const SEQ_DIGITS: usize = 16;
+
+/// Why the spool could not take or give back an instance.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpoolError {
+    /// The spool folder could not be created, listed or synced.
+    #[error("spool folder {path}: {source}")]
+    Folder {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An entry could not be written, synced or renamed.
+    #[error("spool file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file meta information could not be built (a UID the builder refused).
+    #[error("cannot build the file meta information: {0}")]
+    Meta(String),
+}
+
+impl SpoolError {
+    /// True when the disk is full (the sender gets "out of resources").
+    pub fn is_out_of_space(&self) -> bool {
+        let e = match self {
+            SpoolError::Folder { source, .. } | SpoolError::File { source, .. } => source,
+            SpoolError::Meta(_) => return false,
+        };
+        matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+    }
+}
+
+/// A durable instance in the spool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpoolEntry {
+    /// The spool file.
+    pub path: PathBuf,
+    /// Its name for output naming: `<SOPInstanceUID>.dcm` (so the output is
+    /// `OUT/<SOPInstanceUID>.png` with the default naming).
+    pub rel: PathBuf,
+    /// Bytes of the file.
+    pub bytes: u64,
+}
+
+/// What the file meta of a received instance says.
+#[derive(Debug, Clone)]
+pub struct InstanceMeta<'a> {
+    pub sop_class: &'a str,
+    pub sop_instance: &'a str,
+    pub transfer_syntax: &'a str,
+    /// Calling AE title of the sender (SourceApplicationEntityTitle).
+    pub sender: &'a str,
+    /// Our AE title (ReceivingApplicationEntityTitle).
+    pub receiver: &'a str,
+}
+
+/// An instance being received: bytes go straight to its file in `.incoming`.
+#[derive(Debug)]
+pub struct Incoming {
+    file: File,
+    path: PathBuf,
+    seq: u64,
+    sop_instance: String,
+    /// Data set bytes written so far (the file meta not counted).
+    data_bytes: u64,
+    meta_bytes: u64,
+}
+
+impl Incoming {
+    /// Appends data set bytes.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), SpoolError> {
+        self.file
+            .write_all(bytes)
+            .map_err(|source| SpoolError::File {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.data_bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Data set bytes received so far.
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
+
+    /// The file being written (for checks before the commit).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Drops an instance that will not be acknowledged.
+    pub fn abandon(self) {
+        drop(self.file);
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The spool folder.
+#[derive(Debug)]
+pub struct Spool {
+    root: PathBuf,
+    incoming: PathBuf,
+    root_dir: File,
+    next_seq: AtomicU64,
+    /// Entries committed and not yet finished.
+    depth: AtomicUsize,
+}
+
+fn folder_err(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
+    move |source| SpoolError::Folder {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn file_err(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
+    move |source| SpoolError::File {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// `<seq>-<uid>.dcm` → (seq, uid).
+fn parse_entry_name(name: &str) -> Option<(u64, &str)> {
+    let stem = name.strip_suffix(".dcm")?;
+    let (seq, uid) = stem.split_once('-')?;
+    if seq.len() != SEQ_DIGITS || uid.is_empty() {
+        return None;
+    }
+    Some((seq.parse().ok()?, uid))
+}
+
+impl Spool {
+    /// Opens (creating) the spool at `root`: drops what `.incoming` holds (never
+    /// acknowledged), and returns the entries a previous run left, oldest first.
+    pub fn open(root: &Path) -> Result<(Spool, Vec<SpoolEntry>), SpoolError> {
+        let incoming = root.join(INCOMING);
+        std::fs::create_dir_all(&incoming).map_err(folder_err(&incoming))?;
+        for e in std::fs::read_dir(&incoming).map_err(folder_err(&incoming))? {
+            let e = e.map_err(folder_err(&incoming))?;
+            let _ = std::fs::remove_file(e.path());
+        }
+        let mut found = Vec::new();
+        let mut max_seq = 0;
+        for e in std::fs::read_dir(root).map_err(folder_err(root))? {
+            let e = e.map_err(folder_err(root))?;
+            let name = e.file_name();
+            let Some((seq, uid)) = name.to_str().and_then(parse_entry_name) else {
+                continue;
+            };
+            max_seq = max_seq.max(seq);
+            let bytes = e.metadata().map(|m| m.len()).unwrap_or(0);
+            found.push((
+                seq,
+                SpoolEntry {
+                    path: e.path(),
+                    rel: PathBuf::from(format!("{uid}.dcm")),
+                    bytes,
+                },
+            ));
+        }
+        found.sort_by_key(|(seq, _)| *seq);
+        let root_dir = File::open(root).map_err(folder_err(root))?;
+        let spool = Spool {
+            root: root.to_path_buf(),
+            incoming,
+            root_dir,
+            next_seq: AtomicU64::new(max_seq + 1),
+            depth: AtomicUsize::new(found.len()),
+        };
+        Ok((spool, found.into_iter().map(|(_, e)| e).collect()))
+    }
+
+    /// The spool folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Entries committed and not yet finished.
+    pub fn depth(&self) -> usize {
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    /// Starts receiving an instance: creates its file and writes the preamble and file meta.
+    pub fn begin(&self, meta: &InstanceMeta) -> Result<Incoming, SpoolError> {
+        let table = FileMetaTableBuilder::new()
+            .media_storage_sop_class_uid(meta.sop_class)
+            .media_storage_sop_instance_uid(meta.sop_instance)
+            .transfer_syntax(meta.transfer_syntax)
+            .implementation_class_uid(IMPLEMENTATION_CLASS_UID)
+            .implementation_version_name(IMPLEMENTATION_VERSION_NAME)
+            .source_application_entity_title(meta.sender)
+            .receiving_application_entity_title(meta.receiver)
+            .build()
+            .map_err(|e| SpoolError::Meta(e.to_string()))?;
+        let mut head = Vec::with_capacity(512);
+        head.extend_from_slice(&[0u8; 128]);
+        head.extend_from_slice(b"DICM");
+        table
+            .write(&mut head)
+            .map_err(|e| SpoolError::Meta(e.to_string()))?;
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .incoming
+            .join(format!("{seq:0w$}.part", w = SEQ_DIGITS));
+        let mut file = File::create(&path).map_err(file_err(&path))?;
+        if let Err(e) = file.write_all(&head) {
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            return Err(file_err(&path)(e));
+        }
+        Ok(Incoming {
+            file,
+            path,
+            seq,
+            sop_instance: meta.sop_instance.to_string(),
+            data_bytes: 0,
+            meta_bytes: head.len() as u64,
+        })
+    }
+
+    /// Makes a received instance durable: file data synced, renamed into the spool, folder
+    /// synced. When this returns Ok the instance survives a crash (and a power loss, on a
+    /// file system that honours fsync).
+    pub fn commit(&self, incoming: Incoming) -> Result<SpoolEntry, SpoolError> {
+        let Incoming {
+            file,
+            path,
+            seq,
+            sop_instance,
+            data_bytes,
+            meta_bytes,
+        } = incoming;
+        let fail = |e: std::io::Error, at: &Path| {
+            let _ = std::fs::remove_file(&path);
+            file_err(at)(e)
+        };
+        // Data only: the size is fixed by the rename's metadata sync below.
+        if let Err(e) = file.sync_data() {
+            return Err(fail(e, &path));
+        }
+        drop(file);
+        let name = format!("{seq:0w$}-{sop_instance}.dcm", w = SEQ_DIGITS);
+        let target = self.root.join(&name);
+        if let Err(e) = std::fs::rename(&path, &target) {
+            return Err(fail(e, &target));
+        }
+        if let Err(e) = self.root_dir.sync_all() {
+            // Renamed but not known to be durable: take it back, the sender will retry.
+            let _ = std::fs::remove_file(&target);
+            return Err(folder_err(&self.root)(e));
+        }
+        self.depth.fetch_add(1, Ordering::Relaxed);
+        Ok(SpoolEntry {
+            path: target,
+            rel: PathBuf::from(format!("{sop_instance}.dcm")),
+            bytes: meta_bytes + data_bytes,
+        })
+    }
+
+    /// Ends an entry whose outputs exist: removes it, or moves it to `keep` under its
+    /// instance name (`<keep>/<SOPInstanceUID>.dcm`, replacing an earlier copy).
+    pub fn finish(&self, entry: &SpoolEntry, keep: Option<&Path>) -> Result<(), SpoolError> {
+        let result = match keep {
+            None => std::fs::remove_file(&entry.path).map_err(file_err(&entry.path)),
+            Some(dir) => {
+                let target = dir.join(&entry.rel);
+                std::fs::create_dir_all(dir)
+                    .map_err(folder_err(dir))
+                    .and_then(|()| std::fs::rename(&entry.path, &target).map_err(file_err(&target)))
+            }
+        };
+        // Gone either way only if the call worked; a failure leaves it for the next start.
+        if result.is_ok() {
+            self.depth.fetch_sub(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Syncs the spool folder (after a batch of [`finish`](Self::finish) calls).
+    pub fn sync(&self) -> Result<(), SpoolError> {
+        self.root_dir.sync_all().map_err(folder_err(&self.root))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta<'a>(uid: &'a str) -> InstanceMeta<'a> {
+        InstanceMeta {
+            sop_class: "1.2.840.10008.5.1.4.1.1.2",
+            sop_instance: uid,
+            transfer_syntax: "1.2.840.10008.1.2.1",
+            sender: "STORESCU",
+            receiver: "DICOMFLOW",
+        }
+    }
+
+    #[test]
+    fn entries_survive_a_restart_in_arrival_order_and_incoming_is_dropped() {
+        let dir = crate::scratch_dir("spool-restart");
+        let (spool, found) = Spool::open(&dir).unwrap();
+        assert!(found.is_empty());
+        let mut a = spool.begin(&meta("1.2.3.9")).unwrap();
+        a.write(b"\x08\x00\x05\x00CS\x0a\x00ISO_IR 100").unwrap();
+        let a = spool.commit(a).unwrap();
+        let b = spool.begin(&meta("1.2.3.1")).unwrap();
+        let b = spool.commit(b).unwrap();
+        let mut never = spool.begin(&meta("1.2.3.5")).unwrap();
+        never.write(b"half").unwrap();
+        assert_eq!(spool.depth(), 2);
+        assert_eq!(a.rel, PathBuf::from("1.2.3.9.dcm"));
+        // The committed file is a DICOM file with our file meta, then the data set as sent.
+        let bytes = std::fs::read(&a.path).unwrap();
+        assert_eq!(&bytes[128..132], b"DICM");
+        assert!(bytes.ends_with(b"ISO_IR 100"));
+        assert_eq!(a.bytes, bytes.len() as u64);
+        let obj = dicom_object::OpenFileOptions::new()
+            .open_file(&a.path)
+            .unwrap();
+        assert_eq!(obj.meta().media_storage_sop_instance_uid(), "1.2.3.9");
+        assert_eq!(obj.meta().transfer_syntax(), "1.2.840.10008.1.2.1");
+        drop(spool);
+        std::mem::forget(never); // as if the process died mid-instance
+
+        let (spool, found) = Spool::open(&dir).unwrap();
+        assert_eq!(found, vec![a.clone(), b.clone()]);
+        assert_eq!(spool.depth(), 2);
+        assert_eq!(std::fs::read_dir(dir.join(INCOMING)).unwrap().count(), 0);
+        // New entries sort after the old ones.
+        let c = spool
+            .commit(spool.begin(&meta("1.2.3.0")).unwrap())
+            .unwrap();
+        assert!(c.path.file_name() > b.path.file_name());
+        spool.finish(&a, None).unwrap();
+        let keep = dir.join("kept");
+        spool.finish(&b, Some(&keep)).unwrap();
+        assert!(keep.join("1.2.3.1.dcm").is_file());
+        assert!(!a.path.exists() && !b.path.exists());
+        assert_eq!(spool.depth(), 1);
+        spool.sync().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn abandoned_instances_leave_nothing() {
+        let dir = crate::scratch_dir("spool-abandon");
+        let (spool, _) = Spool::open(&dir).unwrap();
+        let mut a = spool.begin(&meta("1.2.3")).unwrap();
+        a.write(&[0u8; 1000]).unwrap();
+        assert_eq!(a.data_bytes(), 1000);
+        a.abandon();
+        assert_eq!(std::fs::read_dir(dir.join(INCOMING)).unwrap().count(), 0);
+        assert_eq!(spool.depth(), 0);
+        // Names that are not entries are left alone.
+        std::fs::write(dir.join("notes.txt"), b"x").unwrap();
+        std::fs::write(dir.join("12-1.2.dcm"), b"x").unwrap();
+        let (_, found) = Spool::open(&dir).unwrap();
+        assert!(found.is_empty());
+        assert_eq!(
+            parse_entry_name("0000000000000012-1.2.3.dcm"),
+            Some((12, "1.2.3"))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
