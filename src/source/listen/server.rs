@@ -243,3 +243,102 @@ fn reject(mut stream: TcpStream, max_pdu: u32) -> std::io::Result<()> {
     let _ = stream.shutdown(std::net::Shutdown::Both);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::listen::scu::{send_files, Outgoing, Scu, ScuOptions};
+    use std::sync::atomic::AtomicBool;
+
+    /// A listener on a free loopback port with its spool in `dir`.
+    fn start(
+        dir: &std::path::Path,
+        options: ListenOptions,
+    ) -> (Listener, crate::source::live::FeedReceiver) {
+        let (spool, _) = Spool::open(&dir.join("spool")).unwrap();
+        let (feed, rx) = Feed::new(64, LiveStats::new());
+        let options = ListenOptions {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            ..options
+        };
+        (Listener::start(options, Arc::new(spool), feed).unwrap(), rx)
+    }
+
+    #[test]
+    fn echo_store_and_a_spooled_copy_of_the_data_set() {
+        let dir = crate::scratch_dir("listen-store");
+        let series = dir.join("in");
+        let opts = crate::synth::SynthOptions {
+            size: 32,
+            slices: 3,
+            ..Default::default()
+        };
+        let files = crate::synth::write_series(&series, &opts).unwrap();
+        let (listener, rx) = start(&dir, ListenOptions::default());
+        let scu_opts = ScuOptions {
+            addr: listener.local_addr().to_string(),
+            ..Default::default()
+        };
+        let outgoing: Vec<Outgoing> = files.iter().map(|f| Outgoing::open(f).unwrap()).collect();
+        let mut scu = Scu::connect(&scu_opts, &outgoing).unwrap();
+        assert_eq!(scu.echo().unwrap(), 0);
+        scu.release().unwrap();
+        let report = send_files(&scu_opts, &outgoing, 2, None);
+        assert_eq!(report.stored, 3, "{:?}", report.failed);
+        let never = AtomicBool::new(false);
+        for _ in 0..3 {
+            let input = rx.next(&never).unwrap();
+            let sent = outgoing
+                .iter()
+                .find(|o| input.rel == std::path::Path::new(&format!("{}.dcm", o.sop_instance)))
+                .unwrap();
+            // The spool file holds our file meta, then the data set byte for byte.
+            let original = std::fs::read(&sent.path).unwrap();
+            let spooled = std::fs::read(&input.path).unwrap();
+            let data = &original[sent.data_offset as usize..];
+            assert!(spooled.ends_with(data));
+            assert_eq!(&spooled[128..132], b"DICM");
+            assert_eq!(&*input.origin, "DICOMFLOW-SCU@127.0.0.1");
+        }
+        let s = listener.stats().snapshot();
+        assert_eq!((s.arrivals, s.associations_total), (3, 3));
+        listener.join();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn wrong_called_ae_and_the_association_limit_are_refused() {
+        let dir = crate::scratch_dir("listen-refuse");
+        let (listener, _rx) = start(
+            &dir,
+            ListenOptions {
+                max_associations: 1,
+                ..Default::default()
+            },
+        );
+        let addr = listener.local_addr().to_string();
+        let wrong = ScuOptions {
+            addr: addr.clone(),
+            called_ae: "SOMEONE_ELSE".into(),
+            ..Default::default()
+        };
+        let err = Scu::connect(&wrong, &[]).err().unwrap();
+        assert!(err.to_string().contains("rejected"), "{err}");
+        let ok = ScuOptions {
+            addr,
+            ..Default::default()
+        };
+        let first = Scu::connect(&ok, &[]).unwrap();
+        let err = Scu::connect(&ok, &[]).err().unwrap();
+        assert!(err.to_string().contains("rejected"), "{err}");
+        first.release().unwrap();
+        // The slot is free again once the first association has ended.
+        assert!(crate::source::live::wait_until(
+            Duration::from_secs(5),
+            || { Scu::connect(&ok, &[]).map(|s| s.release()).is_ok() }
+        ));
+        assert!(listener.stats().snapshot().associations_refused >= 2);
+        listener.join();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
