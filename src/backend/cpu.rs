@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::{Backend, BackendInfo, RenderOutcome, RenderTimings, RenderWorker};
-use crate::pipeline::slot::{HeapAllocator, HostAllocator, Slot};
+use crate::memory::{HeapAllocator, HostAllocator, Slot};
 use crate::render::chain::{self, FrameStats, Resolved, ResolvedVoi};
 use crate::render::color;
 use crate::render::plan::{Chain, FramePlan, GrayPlan};
@@ -32,7 +32,7 @@ impl Backend for CpuBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
             name: "cpu".into(),
-            devices: vec![format!("{} CPU threads", crate::available_cores())],
+            devices: vec![format!("{} CPU threads", crate::host::available_cores())],
             transfer: "none".into(),
             reason: self.reason.clone(),
         }
@@ -252,7 +252,7 @@ mod tests {
         ];
         for (bits_stored, high_bit, signed) in formats {
             for cols in [1u32, 7, 64] {
-                let mut plan = crate::bench::phantom_plan(cols);
+                let mut plan = crate::source::synth::phantom_plan(cols);
                 let Chain::Gray(g) = &mut plan.chain else {
                     unreachable!("the phantom is grayscale")
                 };

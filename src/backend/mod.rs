@@ -4,12 +4,13 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod options;
 pub mod warm;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::pipeline::slot::{HostAllocator, Slot};
+use crate::memory::{HostAllocator, Slot};
 use crate::render::plan::{FramePlan, Window};
 
 /// What a backend tells the user and the report about itself.
@@ -61,7 +62,7 @@ pub trait Backend: Send + Sync {
     /// render each frame themselves (each with its own [`Backend::worker`]).
     fn default_workers(&self) -> usize;
     /// Gives the backend the run's statistics (GPU figures are published there).
-    fn attach_stats(&self, _stats: Arc<crate::stats::Stats>) {}
+    fn attach_stats(&self, _stats: Arc<crate::observe::stats::Stats>) {}
     /// Called once after the last frame (final statistics).
     fn finish(&self) {}
 }

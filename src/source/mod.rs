@@ -5,6 +5,7 @@
 pub mod listen;
 pub mod live;
 pub mod series;
+pub mod synth;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

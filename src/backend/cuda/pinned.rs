@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::driver::{alloc_host_mapped, free_host, Device, MappedRegion};
-use crate::config::PageLocking;
-use crate::pipeline::slot::{HostAllocator, HostBuffer, HostRelease, SLOT_ALIGN};
+use crate::backend::options::PageLocking;
+use crate::memory::{HostAllocator, HostBuffer, HostRelease, SLOT_ALIGN};
 
 /// Allocates mapped, portable, page-locked slots within a byte budget.
 pub struct PinnedAllocator {

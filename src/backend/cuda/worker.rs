@@ -14,7 +14,7 @@ use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module
 use super::{Shared, Strategy};
 use crate::backend::cpu::CpuRenderer;
 use crate::backend::{RenderOutcome, RenderTimings, RenderWorker};
-use crate::pipeline::slot::Slot;
+use crate::memory::Slot;
 use crate::render::chain::{self, Resolved, ResolvedVoi};
 use crate::render::plan::{Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Window};
 use crate::render::table::{self, IndexMap};

@@ -306,6 +306,17 @@ impl SlotPool {
     }
 }
 
+/// Expected slot sizes, learned from the first input before the pipeline starts, so that a
+/// backend can prepare slot memory while it initializes (`CudaBackend::new_prepared`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotHint {
+    /// Slots the ring will have (an estimate when the backend's worker count is not known yet).
+    pub count: usize,
+    /// Bytes of one slot's input and output buffers, rounded as [`Slot::reserve`] does.
+    pub input: usize,
+    pub output: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,10 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::driver::{self, Args, CudaError, Device, DeviceBuffer, Event, Function, Module, Stream};
-use super::nvrtc;
+use dicomflow::backend::cuda::driver::{
+    self, Args, CudaError, Device, DeviceBuffer, Event, Function, Module, Stream,
+};
+use dicomflow::backend::cuda::nvrtc;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -737,6 +739,19 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         let _ = writeln!(out, "  {label:<90} {ms:>8.1} ms");
     }
     Ok(out)
+}
+
+/// `dicomflow bench transfer`: prints the table; exit 2 without a usable GPU.
+pub fn execute(a: &crate::app::cli::TransferArgs) -> Result<i32, dicomflow::error::FatalError> {
+    let opts = TransferBenchOptions {
+        sizes: a.sizes.clone(),
+        iters: a.iters.max(3),
+        streams: a.streams.clone(),
+        device: a.device,
+    };
+    let table = run(&opts).map_err(dicomflow::error::FatalError::Backend)?;
+    print!("{table}");
+    Ok(0)
 }
 
 #[cfg(test)]
