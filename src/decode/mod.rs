@@ -74,6 +74,24 @@ pub fn check_received(path: &Path) -> Result<(), String> {
     }
 }
 
+/// Checks that a file in a watched folder is complete, not still being written: the checks of
+/// [`check_received`], then (for a file with file meta) a full parse to its end and a Pixel
+/// Data element. A file cut anywhere fails: inside an element (a length past the end), at an
+/// element boundary before its pixels (no Pixel Data), or inside encapsulated fragments (the
+/// parse ends early).
+pub fn check_complete(path: &Path) -> Result<(), String> {
+    check_received(path)?;
+    if matches!(probe(path), Ok(Probe::FileMeta)) {
+        let obj = OpenFileOptions::new()
+            .open_file(path)
+            .map_err(|e| format!("cannot parse to the end: {}", error_chain(&e)))?;
+        if obj.get(tags::PIXEL_DATA).is_none() {
+            return Err("no Pixel Data (yet)".into());
+        }
+    }
+    Ok(())
+}
+
 /// Where a file's pixel data will come from.
 enum PixelSource {
     /// Native pixel data at a known file offset, read straight into slots.

@@ -22,6 +22,7 @@ use crate::backend::Backend;
 use crate::error::FatalError;
 use crate::observe::stats::{Stats, ThreadLayout};
 use crate::observe::trace::Tracer;
+use crate::source::live::{Done, FeedReceiver};
 use options::{Job, Layout, PipelineOptions};
 
 use crate::memory::SlotPool;
@@ -140,6 +141,9 @@ impl Sizing {
 /// Shared, read-only context of the stage threads.
 pub(crate) struct Context<'a> {
     pub job: &'a Job,
+    /// Inputs arrive while the run goes on (no output claims: a name that arrives again is
+    /// rendered again).
+    pub live: bool,
     pub stats: Arc<Stats>,
     pub cancel: Arc<AtomicBool>,
     pub pool: SlotPool,
@@ -159,11 +163,49 @@ fn spawn_named<'scope, 'env>(
         .map_err(|e| FatalError::Other(format!("cannot start thread {name}: {e}")))
 }
 
+/// Where a run's inputs come from.
+enum Inputs<'a> {
+    /// Files and folders, walked once.
+    Paths(&'a [PathBuf]),
+    /// Inputs that arrive while the run goes on; each one's outcome goes to `done`.
+    Live {
+        feed: &'a FeedReceiver,
+        done: crossbeam_channel::Sender<Done>,
+    },
+}
+
+/// Processes inputs as they arrive from `feed` until it ends (its sources stopped and every
+/// input is done), sending each one's outcome on `done` as soon as its outputs are written.
+/// The result lists only failed files (the first ones); its totals count every file.
+pub fn run_live(
+    job: &Job,
+    feed: &FeedReceiver,
+    done: crossbeam_channel::Sender<Done>,
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
+    let inputs = Inputs::Live { feed, done };
+    run_inputs(job, inputs, backend, stats, cancel, tracer)
+}
+
 /// Processes `inputs` with `backend` and returns what happened to every file.
 /// `cancel` stops loading new frames (in-flight frames are finished, nothing partial is left).
 pub fn run(
     job: &Job,
     inputs: &[PathBuf],
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
+    run_inputs(job, Inputs::Paths(inputs), backend, stats, cancel, tracer)
+}
+
+fn run_inputs(
+    job: &Job,
+    inputs: Inputs,
     backend: Arc<dyn Backend>,
     stats: Arc<Stats>,
     cancel: Arc<AtomicBool>,
@@ -270,15 +312,26 @@ pub fn run(
         pool: pool.clone(),
         claimed: Mutex::new(HashSet::new()),
         tracer,
+        live: matches!(inputs, Inputs::Live { .. }),
     };
 
     let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone());
+    let (inputs, feed) = match inputs {
+        Inputs::Paths(paths) => (paths, None),
+        Inputs::Live { feed, done } => {
+            collector = collector.live(done);
+            (&[][..], Some(feed))
+        }
+    };
     std::thread::scope(|s| -> Result<(), FatalError> {
         let event_tx = event_tx;
         let ctx = &ctx;
         spawn_named(s, "scan".into(), {
             let ev = event_tx.clone();
-            Box::new(move || stages::scan_stage(ctx, inputs, scan_tx, ev))
+            match feed {
+                Some(feed) => Box::new(move || stages::live_scan_stage(ctx, feed, scan_tx, ev)),
+                None => Box::new(move || stages::scan_stage(ctx, inputs, scan_tx, ev)),
+            }
         })?;
         for i in 0..sizing.loaders {
             let (rx, tx, ev) = (scan_rx.clone(), load_tx.clone(), event_tx.clone());

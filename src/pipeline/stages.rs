@@ -21,6 +21,7 @@ use crate::output::{atomic, naming};
 use crate::pipeline::events::{Event, FileMeta};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
+use crate::source::live::FeedReceiver;
 use crate::source::{self, Candidate, ScanItem};
 
 /// One frame in flight: its slot, its plan, and where it goes.
@@ -75,9 +76,13 @@ pub(crate) fn scan_stage(
         }
         ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
         let ok = match item {
-            ScanItem::Skipped { path, reason } => {
-                events.send(Event::Skipped { path, reason }).is_ok()
-            }
+            ScanItem::Skipped { path, reason } => events
+                .send(Event::Skipped {
+                    id: None,
+                    path,
+                    reason,
+                })
+                .is_ok(),
             ScanItem::Error { path, reason } => send_failure(
                 ctx,
                 &events,
@@ -93,6 +98,57 @@ pub(crate) fn scan_stage(
         last = Instant::now();
         ok
     });
+}
+
+/// The scan stage of a run whose inputs arrive while it goes on: each arrival becomes a
+/// candidate (announced to the collector first, so its outcome can be reported back), until
+/// the feed ends.
+pub(crate) fn live_scan_stage(
+    ctx: &Context,
+    feed: &FeedReceiver,
+    tx: Sender<ScanItem>,
+    events: Sender<Event>,
+) {
+    let rec = ctx.stats.recorder(StageId::Scan);
+    let mut next_id = 0usize;
+    while let Some(input) = feed.next(&ctx.cancel) {
+        let t0 = Instant::now();
+        let id = next_id;
+        next_id += 1;
+        ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
+        let (path, rel, skip_existing) =
+            (input.path.clone(), input.rel.clone(), input.skip_existing);
+        if events.send(Event::Arrived { id, input }).is_err() {
+            return;
+        }
+        let ok = match source::classify_as(id, path, rel) {
+            ScanItem::Skipped { path, reason } => events
+                .send(Event::Skipped {
+                    id: Some(id),
+                    path,
+                    reason,
+                })
+                .is_ok(),
+            ScanItem::Error { path, reason } => send_failure(
+                ctx,
+                &events,
+                Event::FileFailed {
+                    id: Some(id),
+                    path,
+                    stage: Stage::Scan,
+                    reason,
+                },
+            ),
+            ScanItem::Dicom(mut c) => {
+                c.skip_existing = skip_existing;
+                tx.send(ScanItem::Dicom(c)).is_ok()
+            }
+        };
+        rec.record(t0.elapsed());
+        if !ok {
+            return;
+        }
+    }
 }
 
 pub(crate) fn load_stage(
@@ -335,6 +391,7 @@ fn load_file(
         Ok(f) => f,
         Err(DecodeError::Skip(reason)) => {
             let _ = events.send(Event::Skipped {
+                id: Some(c.id),
                 path: c.path.clone(),
                 reason,
             });
@@ -393,7 +450,10 @@ fn load_file(
                 },
             );
         };
-        if let Some(other) = claim(ctx, &output) {
+        // A live run renders the same name again when it arrives again (a re-sent instance,
+        // a file written anew): later arrivals replace earlier outputs, in arrival order.
+        let claimed = if ctx.live { None } else { claim(ctx, &output) };
+        if let Some(other) = claimed {
             fail(
                 Stage::Write,
                 format!(
@@ -404,7 +464,7 @@ fn load_file(
             );
             continue;
         }
-        if ctx.job.output.skip_existing && output.exists() {
+        if (ctx.job.output.skip_existing || c.skip_existing) && output.exists() {
             let _ = events.send(Event::FrameExisting {
                 id: c.id,
                 frame,

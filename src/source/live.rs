@@ -41,6 +41,15 @@ pub enum Outcome {
     Cancelled,
 }
 
+/// What the pipeline reports about one live input once it is done.
+#[derive(Debug, Clone)]
+pub struct Done {
+    pub input: LiveInput,
+    pub outcome: Outcome,
+    /// When its last output was written (or its failure known).
+    pub at: Instant,
+}
+
 /// Arrivals that reached the pipeline (or wait behind an earlier one of the same name) and
 /// are not done yet.
 pub struct Feed {

@@ -6,6 +6,7 @@ pub mod listen;
 pub mod live;
 pub mod series;
 pub mod synth;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +24,9 @@ pub struct Candidate {
     pub rel: PathBuf,
     /// What its first bytes say.
     pub kind: Probe,
+    /// Keep outputs that already exist (a watched folder's first pass), whatever the run's
+    /// `skip_existing` says.
+    pub skip_existing: bool,
 }
 
 /// What the scan emits.
@@ -166,18 +170,25 @@ fn walk(
 
 /// Probes one file.
 fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
+    let item = classify_as(*next_id, path, rel);
+    if matches!(item, ScanItem::Dicom(_)) {
+        *next_id += 1;
+    }
+    item
+}
+
+/// Probes one file that is to be candidate `id` if it is DICOM (an input that arrived while
+/// the run goes on, see [`live`]).
+pub fn classify_as(id: usize, path: PathBuf, rel: PathBuf) -> ScanItem {
     match probe(&path) {
         Ok(Probe::NotDicom(reason)) => ScanItem::Skipped { path, reason },
-        Ok(kind) => {
-            let id = *next_id;
-            *next_id += 1;
-            ScanItem::Dicom(Candidate {
-                id,
-                path,
-                rel,
-                kind,
-            })
-        }
+        Ok(kind) => ScanItem::Dicom(Candidate {
+            id,
+            path,
+            rel,
+            kind,
+            skip_existing: false,
+        }),
         Err(e) => ScanItem::Error {
             path,
             reason: format!("cannot open: {e}"),

@@ -25,6 +25,7 @@ use super::message::{MessageReader, Step};
 use super::spool::{Incoming, InstanceMeta};
 use super::syntaxes::{is_image_storage, ABSTRACT_SYNTAXES, TRANSFER_SYNTAXES};
 use super::Shared;
+use crate::decode::error_chain;
 use crate::source::live::LiveInput;
 
 /// How often a blocked read wakes to check the stop flag and the timeouts.
@@ -84,21 +85,6 @@ fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
         cur = err.source();
     }
     false
-}
-
-/// `error: cause: cause` on one line.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let text = c.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 /// An accepted presentation context.
@@ -179,7 +165,7 @@ pub(crate) fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
                 .stats
                 .associations_refused
                 .fetch_add(1, Ordering::Relaxed);
-            let reason = why.borrow_mut().take().unwrap_or_else(|| chain(&e));
+            let reason = why.borrow_mut().take().unwrap_or_else(|| error_chain(&e));
             tracing::warn!(peer = %peer, "association refused: {reason}");
             return;
         }
@@ -293,7 +279,7 @@ impl Session<'_> {
                     continue;
                 }
                 Err(dicom_ul::association::Error::ConnectionClosed { .. }) => return End::Closed,
-                Err(e) => return End::Abort(chain(&e)),
+                Err(e) => return End::Abort(error_chain(&e)),
             };
             last = Instant::now();
             match pdu {
@@ -654,6 +640,6 @@ impl Session<'_> {
                     data: bytes,
                 }],
             })
-            .map_err(|e| End::Abort(format!("cannot send the response: {}", chain(&e))))
+            .map_err(|e| End::Abort(format!("cannot send the response: {}", error_chain(&e))))
     }
 }

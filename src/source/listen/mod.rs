@@ -13,6 +13,7 @@
 pub mod access;
 mod association;
 pub mod dimse;
+pub mod finish;
 pub mod message;
 pub mod scu;
 pub mod server;
