@@ -7,6 +7,7 @@ use crate::app::config::Settings;
 use dicomflow::backend::BackendInfo;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
 use dicomflow::pipeline::{FileStatus, RunResult};
+use dicomflow::source::live::LiveSnapshot;
 
 /// Version of the report's layout (docs/report-schema.json). Fields may be added without a
 /// change of version; removing or changing one changes it.
@@ -85,6 +86,10 @@ pub struct Report<'a> {
     /// Per-stage statistics, gauges at the end, counters.
     pub statistics: &'a Snapshot,
     pub process: ProcessTimes,
+    /// Arrivals of a run without an end (`listen`, `watch`): associations, senders,
+    /// arrival → output latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<&'a LiveSnapshot>,
 }
 
 /// Writes the JSON report atomically.
@@ -93,6 +98,7 @@ pub fn write_report(
     settings: &Settings,
     result: &RunResult,
     stats: &Snapshot,
+    live: Option<&LiveSnapshot>,
     process: ProcessTimes,
 ) -> std::io::Result<()> {
     let report = Report {
@@ -108,6 +114,7 @@ pub fn write_report(
         result,
         statistics: stats,
         process,
+        live,
     };
     let bytes = serde_json::to_vec_pretty(&report)?;
     dicomflow::output::atomic::write_atomic(path, &bytes)
@@ -115,6 +122,39 @@ pub fn write_report(
 
 fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+/// What a run without an end received, before its [`summary`].
+pub fn live_summary(l: &LiveSnapshot) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "dicomflow: {} arrival(s) in {:.1} s: {} rendered, {} skipped, {} failed, {} refused; {} association(s), {} refused or dropped",
+        l.arrivals,
+        l.elapsed_s,
+        l.rendered,
+        l.skipped,
+        l.failed,
+        l.refused,
+        l.associations_total,
+        l.associations_refused
+    );
+    if let Some([p50, p95, p99, max]) = l.latency_ms {
+        let _ = writeln!(
+            s,
+            "  arrival → output: p50 {p50:.2} ms, p95 {p95:.2} ms, p99 {p99:.2} ms, max {max:.2} ms"
+        );
+    }
+    for (sender, c) in &l.senders {
+        let _ = writeln!(
+            s,
+            "  {sender}: {} received ({}), {} refused",
+            c.received,
+            mb(c.bytes),
+            c.refused
+        );
+    }
+    s
 }
 
 /// The end-of-run summary (stderr), the same in TUI and plain modes.

@@ -350,6 +350,11 @@ impl LiveStats {
     }
 }
 
+/// Serializes a duration as seconds (a number), as the report writes durations.
+pub(crate) fn serialize_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
 /// Waits until `cond` holds or `timeout` passes, polling every few milliseconds (for
 /// shutdown paths and tests, never for data).
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {

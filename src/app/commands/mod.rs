@@ -2,7 +2,11 @@
 //! the exit code.
 
 pub mod bench_encode;
+pub mod bench_listen;
 pub mod bench_transfer;
 pub mod inspect;
+pub mod listen;
+mod live;
 pub mod run;
 pub mod synth;
+pub mod watch;

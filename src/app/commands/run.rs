@@ -19,7 +19,7 @@ pub fn execute(
     quiet: bool,
     started: std::time::Instant,
 ) -> Result<i32, FatalError> {
-    let settings = Settings::resolve(args.config.as_deref(), &args.to_raw())?;
+    let settings = Settings::resolve(args.job.config.as_deref(), &args.to_raw())?;
     let backend =
         dicomflow::pipeline::select_backend(&settings.backend, &settings.job, &args.inputs)?;
     // Kept alive to the end: the process exits without tearing the driver down.
@@ -41,6 +41,7 @@ pub fn execute(
         tick: std::time::Duration::from_millis(settings.dashboard.tick_ms),
         log_file: (settings.dashboard.log_file.clone())
             .unwrap_or_else(|| settings.job.output.dir.join("dicomflow.log")),
+        live: None,
     };
     let result = dashboard::supervise(&display, &stats, &cancel, tracer.as_ref(), || {
         dicomflow::pipeline::run(
@@ -60,7 +61,7 @@ pub fn execute(
     }
     if let Some(path) = &settings.report {
         process.report_s = started.elapsed().as_secs_f64();
-        report::write_report(path, &settings, &result, &snapshot, process)
+        report::write_report(path, &settings, &result, &snapshot, None, process)
             .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
     }
     if !quiet {

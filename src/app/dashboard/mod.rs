@@ -31,6 +31,7 @@ use crate::app::config::TuiMode;
 use dicomflow::error::FatalError;
 use dicomflow::observe::stats::{GaugeSnapshot, Stats};
 use dicomflow::observe::trace::Tracer;
+use dicomflow::source::live::LiveStats;
 
 pub use logsink::LogSink;
 
@@ -65,6 +66,9 @@ pub struct Options {
     pub tick: Duration,
     /// Where logs go while the dashboard owns the terminal.
     pub log_file: PathBuf,
+    /// Arrival figures of a run without an end (`listen`, `watch`): shown instead of the
+    /// progress towards an end.
+    pub live: Option<Arc<LiveStats>>,
 }
 
 /// Runs `work` (the pipeline) on its own thread and shows its progress on this one until it
@@ -99,7 +103,9 @@ pub fn supervise<R: Send>(
         }
         match display {
             Display::Tui => {}
-            Display::Progress { tty } => progress::run(tty, opts.tick, stats, tracer, &done_rx),
+            Display::Progress { tty } => {
+                progress::run(tty, opts.tick, stats, opts.live.as_ref(), tracer, &done_rx)
+            }
             Display::Quiet => {
                 if let Some(t) = tracer {
                     while !wait(&done_rx, opts.tick) {
@@ -149,6 +155,7 @@ struct Dashboard<'a> {
     tick: Duration,
     log_file: PathBuf,
     log_len_before: u64,
+    live: Option<Arc<LiveStats>>,
 }
 
 fn file_len(p: &std::path::Path) -> u64 {
@@ -180,6 +187,7 @@ impl<'a> Dashboard<'a> {
             tick: opts.tick,
             log_file: opts.log_file.clone(),
             log_len_before,
+            live: opts.live.clone(),
         })
     }
 
@@ -251,6 +259,10 @@ impl<'a> Dashboard<'a> {
             sample_counters(t, &snap.gauges);
         }
         self.app.cancelling |= self.cancel.load(Ordering::Relaxed);
+        if let Some(live) = &self.live {
+            let view = self.app.live.get_or_insert_with(app::Live::default);
+            view.update(live.snapshot());
+        }
         self.app.update(snap);
         let app = &self.app;
         if let Err(e) = self.term.draw(|f| draw::draw(f, app)) {

@@ -356,6 +356,7 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
         display: Display::Quiet,
         tick: Duration::from_millis(10),
         log_file: PathBuf::from("unused.log"),
+        live: None,
     };
     let started = std::time::Instant::now();
     let r = supervise(&opts, &stats, &cancel, Some(&tracer), || {

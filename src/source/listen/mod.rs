@@ -48,15 +48,18 @@ pub struct ListenOptions {
     /// Associations served at once; more are refused (A-ASSOCIATE-RJ, transient).
     pub max_associations: usize,
     /// An association with no message for this long is aborted.
+    #[serde(serialize_with = "crate::source::live::serialize_secs")]
     pub idle_timeout: Duration,
     /// A peer that sends nothing for this long in the middle of a message (or during the
     /// negotiation) is dropped.
+    #[serde(serialize_with = "crate::source::live::serialize_secs")]
     pub stall_timeout: Duration,
     /// Largest instance accepted (bytes of data set); larger ones are refused with
     /// "out of resources".
     pub max_instance_bytes: u64,
-    /// The spool folder (received instances wait there until rendered).
-    pub spool: PathBuf,
+    /// The spool folder (received instances wait there until rendered); `None` = `.spool` in
+    /// the output folder.
+    pub spool: Option<PathBuf>,
     /// Keep received instances in this folder (as `<SOPInstanceUID>.dcm`) once rendered,
     /// instead of deleting them.
     pub keep_received: Option<PathBuf>,
@@ -76,7 +79,7 @@ impl Default for ListenOptions {
             idle_timeout: Duration::from_secs(60),
             stall_timeout: Duration::from_secs(30),
             max_instance_bytes: 2048 << 20,
-            spool: PathBuf::from("out/.spool"),
+            spool: None,
             keep_received: None,
             queue: 1024,
         }

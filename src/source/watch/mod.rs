@@ -24,11 +24,14 @@ use tracker::{Ready, Tracker, Version};
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct WatchOptions {
     /// A file must stay unchanged this long before it is checked.
+    #[serde(serialize_with = "crate::source::live::serialize_secs")]
     pub settle: Duration,
     /// A file still incomplete this long after its last change is rendered as it is (and
     /// reported by the pipeline when it cannot be read).
+    #[serde(serialize_with = "crate::source::live::serialize_secs")]
     pub give_up: Duration,
     /// Every folder is walked again this often, for events the kernel dropped (zero: never).
+    #[serde(serialize_with = "crate::source::live::serialize_secs")]
     pub rescan: Duration,
 }
 

@@ -1,0 +1,132 @@
+//! What `listen` and `watch` share: a pipeline fed while it runs, shown live until SIGTERM,
+//! Ctrl-C or `q`; then the sources stop, what arrived is finished, the report is written and
+//! the process exits 0 (failures of single files are in the summary and the report).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use dicomflow::error::FatalError;
+use dicomflow::observe::stats::Stats;
+use dicomflow::observe::trace::Tracer;
+use dicomflow::source::live::{Done, FeedReceiver, LiveStats};
+
+use crate::app::config::Settings;
+use crate::app::report::{self, ProcessTimes};
+use crate::app::{dashboard, signals};
+
+/// The parts of a live run that differ between commands.
+pub struct Sources<'a> {
+    /// Stops the sources and waits until they can submit no more (a listener's associations
+    /// finish the message in progress; a watcher stops looking).
+    pub stop: Box<dyn FnOnce() + Send + 'a>,
+    /// Handles each input's outcome (ends when the pipeline has finished).
+    pub on_done: Box<dyn FnOnce(Receiver<Done>) + Send + 'a>,
+    /// Closes the feed once the sources have stopped.
+    pub close: Box<dyn FnOnce() + Send + 'a>,
+}
+
+/// Runs the pipeline on `feed` until `stop` is set (by a signal or `q`), showing `live`.
+pub fn run(
+    settings: &Settings,
+    quiet: bool,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    live: Arc<LiveStats>,
+    feed: &FeedReceiver,
+    sources: Sources,
+) -> Result<i32, FatalError> {
+    let job = &settings.job;
+    // No inputs to size the job by: `auto` opens the GPU when there is one (a receiver runs
+    // long enough to repay it).
+    let backend = dicomflow::pipeline::select_backend(&settings.backend, job, &[])?;
+    // Kept alive to the end: the process exits without tearing the driver down.
+    std::mem::forget(backend.clone());
+    let mut process = ProcessTimes {
+        backend_ready_s: started.elapsed().as_secs_f64(),
+        ..Default::default()
+    };
+    let stats = Stats::new();
+    let tracer = settings.trace.as_ref().map(|_| Arc::new(Tracer::new()));
+    let display = dashboard::Options {
+        display: dashboard::Display::choose(
+            settings.dashboard.tui,
+            quiet,
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        ),
+        tick: Duration::from_millis(settings.dashboard.tick_ms),
+        log_file: (settings.dashboard.log_file.clone())
+            .unwrap_or_else(|| job.output.dir.join("dicomflow.log")),
+        live: Some(live.clone()),
+    };
+    // The pipeline's own cancel is never set here: stopping closes the feed instead, so that
+    // everything that arrived is rendered. A second signal exits at once (the spool or the
+    // folder keeps what was not rendered).
+    let pipeline_cancel = Arc::new(AtomicBool::new(false));
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let Sources {
+        stop: stop_sources,
+        on_done,
+        close,
+    } = sources;
+    let result = dashboard::supervise(&display, &stats, &stop, tracer.as_ref(), || {
+        let ended = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(move || on_done(done_rx));
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) && !ended.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                tracing::info!("stopping: no new arrivals; finishing what arrived");
+                stop_sources();
+                close();
+            });
+            let r = dicomflow::pipeline::run_live(
+                job,
+                feed,
+                done_tx,
+                backend,
+                stats.clone(),
+                pipeline_cancel,
+                tracer.clone(),
+            );
+            ended.store(true, Ordering::Relaxed);
+            r
+        })
+    })??;
+    process.pipeline_done_s = started.elapsed().as_secs_f64();
+    let snapshot = stats.snapshot();
+    let live_snapshot = live.snapshot();
+    if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
+        t.write(path)
+            .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
+    }
+    if let Some(path) = &settings.report {
+        process.report_s = started.elapsed().as_secs_f64();
+        report::write_report(
+            path,
+            settings,
+            &result,
+            &snapshot,
+            Some(&live_snapshot),
+            process,
+        )
+        .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
+    }
+    if !quiet {
+        eprint!("{}", report::live_summary(&live_snapshot));
+        eprint!("{}", report::summary(&result, &snapshot));
+    } else {
+        eprint!("{}", report::failures(&result));
+    }
+    Ok(0)
+}
+
+/// Installs the signal handlers that set `stop` (SIGINT, SIGTERM; a second one exits at once).
+pub fn stop_on_signal() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    signals::cancel_on_interrupt(stop.clone());
+    stop
+}
