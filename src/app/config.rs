@@ -61,6 +61,7 @@ pub struct RawListen {
     pub spool: Option<PathBuf>,
     pub keep_received: Option<PathBuf>,
     pub queue: Option<i64>,
+    pub durable: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -602,6 +603,9 @@ impl Settings {
         }
         if let Some(v) = l.queue {
             o.queue = count(origin, "listen.queue", v, 1, 1 << 20)?;
+        }
+        if let Some(v) = l.durable {
+            o.durable = v;
         }
         Ok(())
     }

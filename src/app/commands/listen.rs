@@ -24,7 +24,7 @@ pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, 
     })?;
     let spool_dir = opts.spool.clone().unwrap_or_else(|| out.join(".spool"));
     let (spool, leftovers) =
-        Spool::open(&spool_dir).map_err(|e| FatalError::Other(e.to_string()))?;
+        Spool::open(&spool_dir, opts.durable).map_err(|e| FatalError::Other(e.to_string()))?;
     let spool = Arc::new(spool);
     let stats = LiveStats::new();
     // Room for the leftovers too, so that queueing them cannot wait on the pipeline.

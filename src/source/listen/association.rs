@@ -577,7 +577,9 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Checks, makes durable and hands on a received instance; the status to answer.
+    /// Checks, places, hands on and makes durable a received instance; the status to answer.
+    /// The pipeline gets it as soon as it is placed, so rendering overlaps the sync; the
+    /// sender hears of success only once the sync is done.
     fn commit(&self, incoming: Incoming, arrived: Instant) -> (u16, Option<String>) {
         let shared = self.shared;
         if let Err(reason) = crate::decode::check_received(incoming.path()) {
@@ -589,23 +591,23 @@ impl Session<'_> {
                 Some(format!("cannot read the data set: {reason}")),
             );
         }
-        let entry = match shared.spool.commit(incoming) {
-            Ok(entry) => entry,
-            Err(e) => {
-                shared.stats.refused_from(&self.origin);
-                tracing::warn!("refusing an instance from {}: {e}", self.origin);
-                return (
-                    status::OUT_OF_RESOURCES,
-                    Some(format!("cannot make the instance durable: {e}")),
-                );
-            }
+        let refuse = |e: &dyn std::fmt::Display| {
+            shared.stats.refused_from(&self.origin);
+            tracing::warn!("refusing an instance from {}: {e}", self.origin);
+            (
+                status::OUT_OF_RESOURCES,
+                Some(format!("cannot make the instance durable: {e}")),
+            )
         };
-        shared.stats.arrived(&self.origin, entry.bytes);
+        let entry = match shared.spool.place(incoming) {
+            Ok(entry) => entry,
+            Err(e) => return refuse(&e),
+        };
+        let bytes = entry.bytes;
         tracing::debug!(
-            "stored {} from {} ({} bytes)",
+            "received {} from {} ({bytes} bytes)",
             entry.rel.display(),
-            self.origin,
-            entry.bytes
+            self.origin
         );
         let input = LiveInput {
             path: entry.path,
@@ -614,11 +616,16 @@ impl Session<'_> {
             origin: self.origin.clone(),
             skip_existing: false,
         };
-        // Durable now: even if the pipeline is gone (the run is ending), the next start
-        // renders it from the spool, so success is the truth.
+        // In the spool now: if the pipeline is gone (the run is ending), the next start
+        // renders it from there.
         if shared.feed.submit(input).is_err() {
             tracing::info!("the pipeline is closing; the instance waits in the spool");
         }
+        if let Err(e) = shared.spool.make_durable() {
+            // Not acknowledged: the sender sends it again (rendered again, same outputs).
+            return refuse(&e);
+        }
+        shared.stats.arrived(&self.origin, bytes);
         (status::SUCCESS, None)
     }
 

@@ -255,7 +255,7 @@ mod tests {
         dir: &std::path::Path,
         options: ListenOptions,
     ) -> (Listener, crate::source::live::FeedReceiver) {
-        let (spool, _) = Spool::open(&dir.join("spool")).unwrap();
+        let (spool, _) = Spool::open(&dir.join("spool"), true).unwrap();
         let (feed, rx) = Feed::new(64, LiveStats::new());
         let options = ListenOptions {
             bind: "127.0.0.1:0".parse().unwrap(),
