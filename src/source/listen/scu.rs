@@ -219,18 +219,27 @@ impl Scu {
         Ok(self.response()?.0)
     }
 
-    /// C-STORE of one file: its status and error comment.
-    pub fn store(&mut self, file: &Outgoing) -> Result<(u16, Option<String>), ScuError> {
-        let context = self
-            .contexts
+    /// The accepted presentation context that carries `file` (its SOP class and syntax).
+    pub fn context_for(&self, file: &Outgoing) -> Option<u8> {
+        self.contexts
             .iter()
             .find(|c| c.1 == file.sop_class && c.2 == file.transfer_syntax)
             .map(|c| c.0)
-            .ok_or_else(|| ScuError::NoContext {
-                path: file.path.clone(),
-                sop_class: file.sop_class.clone(),
-                transfer_syntax: file.transfer_syntax.clone(),
-            })?;
+    }
+
+    /// The association's connection, for a peer that goes on by hand (the hostile-peer
+    /// tests): the association object is dropped without a release.
+    pub fn into_stream(mut self) -> Result<TcpStream, ScuError> {
+        self.assoc.inner_stream().try_clone().map_err(net)
+    }
+
+    /// C-STORE of one file: its status and error comment.
+    pub fn store(&mut self, file: &Outgoing) -> Result<(u16, Option<String>), ScuError> {
+        let context = self.context_for(file).ok_or_else(|| ScuError::NoContext {
+            path: file.path.clone(),
+            sop_class: file.sop_class.clone(),
+            transfer_syntax: file.transfer_syntax.clone(),
+        })?;
         let mut f = File::open(&file.path).map_err(|e| ScuError::File {
             path: file.path.clone(),
             reason: e.to_string(),
