@@ -127,8 +127,10 @@ enum End {
     PeerAborted(String),
     /// The peer closed the connection.
     Closed,
-    /// We abort: protocol error, timeout, stop.
+    /// We abort: protocol error, timeout.
     Abort(String),
+    /// We abort because dicomflow is stopping (after answering the message in progress).
+    Stopping,
 }
 
 /// Serves one connection until it ends. Never panics on peer input; the caller catches
@@ -227,6 +229,10 @@ pub(crate) fn serve(shared: &Shared, stream: TcpStream, peer: SocketAddr) {
              dropped (never acknowledged)"
         ),
         End::Closed => tracing::info!("{origin} closed the connection without a release"),
+        End::Stopping => {
+            tracing::info!("dicomflow is stopping: aborting the association from {origin}");
+            let _ = assoc.abort();
+        }
         End::Abort(reason) => {
             shared
                 .stats
@@ -266,7 +272,7 @@ impl Session<'_> {
                 Err(e) if is_timeout(&e) => {
                     let idle = self.reader.is_idle() && matches!(self.pending, Pending::None);
                     if idle && self.stopping() {
-                        return End::Abort("dicomflow is stopping".into());
+                        return End::Stopping;
                     }
                     let (limit, what) = if idle {
                         (opts.idle_timeout, "idle")
@@ -572,7 +578,7 @@ impl Session<'_> {
         };
         self.respond(assoc, &reply)?;
         if self.stopping() {
-            return Err(End::Abort("dicomflow is stopping".into()));
+            return Err(End::Stopping);
         }
         Ok(())
     }
@@ -599,8 +605,8 @@ impl Session<'_> {
                 Some(format!("cannot make the instance durable: {e}")),
             )
         };
-        let entry = match shared.spool.place(incoming) {
-            Ok(entry) => entry,
+        let (entry, placed) = match shared.spool.place(incoming) {
+            Ok(placed) => placed,
             Err(e) => return refuse(&e),
         };
         let bytes = entry.bytes;
@@ -621,7 +627,7 @@ impl Session<'_> {
         if shared.feed.submit(input).is_err() {
             tracing::info!("the pipeline is closing; the instance waits in the spool");
         }
-        if let Err(e) = shared.spool.make_durable() {
+        if let Err(e) = shared.spool.make_durable(placed) {
             // Not acknowledged: the sender sends it again (rendered again, same outputs).
             return refuse(&e);
         }

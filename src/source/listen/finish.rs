@@ -9,13 +9,14 @@
 //! cancelled entry stays for the next start.
 
 use std::fs::File;
+use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use super::spool::{sync_filesystem, Spool, SpoolEntry};
+use super::spool::{Spool, SpoolEntry};
 use crate::source::live::{Done, Feed, Outcome};
 
 /// Entries ended together after one sync, at most this long after the first is done.
@@ -24,6 +25,17 @@ const BATCH_WAIT: Duration = Duration::from_millis(200);
 const BATCH_MAX: usize = 256;
 /// Where acknowledged instances that were not rendered are kept.
 pub const UNRENDERED: &str = "unrendered";
+
+/// Flushes every file written on the file system holding `dir` (`syncfs`).
+fn sync_filesystem(dir: &File) -> std::io::Result<()> {
+    // SAFETY: syncfs only reads the descriptor, which `dir` keeps open for the call.
+    let rc = unsafe { libc::syncfs(dir.as_raw_fd()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
 
 /// Ends spool entries as the pipeline reports them done.
 pub struct Finisher {

@@ -65,9 +65,9 @@ pub struct ListenOptions {
     pub keep_received: Option<PathBuf>,
     /// Arrivals the pipeline's input channel holds before receivers wait.
     pub queue: usize,
-    /// Acknowledge an instance only once it is on stable storage (a `syncfs` shared by the
-    /// instances of every association that arrive meanwhile); false: once it is in the spool
-    /// (it survives a crash of dicomflow, not a power loss), as DCMTK's `storescp` does.
+    /// Acknowledge an instance only once it is on stable storage (its data synced, the spool
+    /// folder synced once for every instance placed meanwhile); false: once it is in the
+    /// spool (it survives a crash of dicomflow, not a power loss), as DCMTK's `storescp` does.
     pub durable: bool,
 }
 
