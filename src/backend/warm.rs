@@ -12,8 +12,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::backend::cpu::{CpuBackend, CpuRenderer};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::options::{GpuOptions, Transfer};
-use crate::backend::{Backend, BackendInfo, RenderOutcome, RenderWorker};
-use crate::memory::{HeapAllocator, HostAllocator, HostBuffer, Slot};
+use crate::backend::{
+    Backend, BackendError, BackendInfo, RenderError, RenderOutcome, RenderWorker,
+};
+use crate::memory::{AllocError, HeapAllocator, HostAllocator, HostBuffer, Slot};
 use crate::observe::stats::Stats;
 
 type Ready = Arc<OnceLock<Result<Arc<CudaBackend>, String>>>;
@@ -110,7 +112,7 @@ impl Backend for WarmStart {
         self.allocator.clone()
     }
 
-    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, String> {
+    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, BackendError> {
         Ok(Box::new(WarmWorker {
             index,
             cpu: CpuRenderer::default(),
@@ -152,7 +154,7 @@ struct SwitchAllocator {
 }
 
 impl HostAllocator for SwitchAllocator {
-    fn allocate(&self, len: usize) -> Result<HostBuffer, String> {
+    fn allocate(&self, len: usize) -> Result<HostBuffer, AllocError> {
         match self.cuda.get() {
             Some(Ok(b)) => b.allocator().allocate(len),
             _ => self.heap.allocate(len),
@@ -205,7 +207,7 @@ impl RenderWorker for WarmWorker {
         &mut self,
         plan: &crate::render::plan::FramePlan,
         slot: &mut Slot,
-    ) -> Result<RenderOutcome, String> {
+    ) -> Result<RenderOutcome, RenderError> {
         if self.gpu.is_none() && !self.gpu_failed {
             if let Some(Ok(b)) = self.cuda.get() {
                 match b.worker(self.index) {

@@ -67,8 +67,7 @@ impl Sizing {
             // Threads that load and finish frames beat a pool per stage: no thread waits for
             // work another stage's thread could have given it. H200 host, 1000 × 2000²:
             // pipeline −12 to −21 % beside the GPU, −6 % on the CPU backend; 4000 × 512² −9 to
-            // −14 % / a tie; 2-core box −2 to −6 % (optimization log item 29). A loader count
-            // asks for stages.
+            // −14 % / a tie; 2-core box −2 to −6 %. A loader count asks for stages.
             Layout::Auto => opts.loaders == 0,
         };
         // The threads that finish frames take the cores the other threads leave: beside
@@ -76,8 +75,9 @@ impl Sizing {
         // every loader and worker counts whole, and at least half the cores stay for writers.
         let finishing_threads = |others: usize| cores.saturating_sub(others).max(cores / 2).max(1);
         if shared {
-            // Beside 2 render workers on 16 cores that is 14: 16 threads were 2–8 % faster
-            // but left the 512² figure at 1.20–1.24, 12 were 11–18 % slower (item 29).
+            // Beside 2 render workers on 16 cores that is 14. On the H200 host 16 threads were
+            // 2–8 % faster but left the 512² overlap figure at 1.20–1.24 (14: 1.11), and 12
+            // were 11–18 % slower.
             let writers = if opts.writers > 0 {
                 opts.writers
             } else {
@@ -100,8 +100,9 @@ impl Sizing {
         // Beside GPU render workers the writers only deflate rows the GPU has already
         // PNG-filtered, so reading and decoding is the larger share of the CPU work: 3/8 of the
         // cores load (6 of 16), a quarter otherwise. On the 16-core H200 host 4 loaders were
-        // the busiest pool (86–98 %) once the GPU filtered (BENCHMARKS.md, optimization log
-        // item 28).
+        // the busiest pool (86–98 %) once the GPU filtered; 6 loaders, 8 writers and 2 streams
+        // ran 4000 × 512² in 0.142–0.175 s against 0.178–0.201 s with 4 / 12 / 4, with an
+        // overlap figure of 1.08–1.11.
         let loaders = if opts.loaders > 0 {
             opts.loaders
         } else if workers > 0 {
@@ -113,7 +114,9 @@ impl Sizing {
         // loaders, 2 streams); when the writers render (the CPU backend), half a core per
         // loader (its loaders were 25–31 % busy at 512² and 62 % at 2000² on the H200), 14 on
         // 16 cores. More writers than cores left only wait runnable, and their frames with
-        // them (item 21). On 2 cores: 1 loader, 2 writers (CPU) or 1 (GPU).
+        // them: at 4000 × 512², 16 writers beside the GPU ran as fast as 12 with an overlap
+        // figure of 1.38 against 1.10, and on the CPU backend 16 against 14 gave 1.24 against
+        // 1.11 at the same speed. On 2 cores: 1 loader, 2 writers (CPU) or 1 (GPU).
         let writers = if opts.writers > 0 {
             opts.writers
         } else if workers > 0 {

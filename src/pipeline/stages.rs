@@ -614,7 +614,7 @@ fn render_job(
             job.png_rows = outcome.png_rows;
             return Some(job);
         }
-        Ok(Err(reason)) => reason,
+        Ok(Err(e)) => e.to_string(),
         Err(_) => panic_reason("rendering"),
     };
     let _ = send_failure(

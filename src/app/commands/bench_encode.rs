@@ -14,7 +14,9 @@ use dicomflow::source::synth::{phantom_plan, phantom_stored};
 pub fn phantom_slice(size: u32) -> Result<Vec<u8>, String> {
     let plan = phantom_plan(size);
     let mut out = vec![0u8; plan.output_bytes()];
-    CpuRenderer::default().render_bytes(&plan, &phantom_stored(size), &mut out)?;
+    CpuRenderer::default()
+        .render_bytes(&plan, &phantom_stored(size), &mut out)
+        .map_err(|e| e.to_string())?;
     Ok(out)
 }
 

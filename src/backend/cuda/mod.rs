@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::options::{GpuOptions, GpuSelection, PageLocking, Transfer};
-use crate::backend::{Backend, BackendInfo, RenderWorker};
+use crate::backend::{Backend, BackendError, BackendInfo, RenderError, RenderWorker};
 use crate::memory::{HeapAllocator, HostAllocator, SlotHint};
 use crate::observe::stats::{GpuFigures, Stats};
 use driver::{Device, MappedRegion, Module};
@@ -62,8 +62,11 @@ impl Shared {
     fn strategy(
         &self,
         measure: impl FnOnce(&[Strategy]) -> Vec<(Strategy, f64)>,
-    ) -> Result<Strategy, String> {
-        let mut chosen = self.chosen.lock().map_err(|_| "strategy lock poisoned")?;
+    ) -> Result<Strategy, RenderError> {
+        let mut chosen = self
+            .chosen
+            .lock()
+            .map_err(|_| RenderError::Internal("strategy lock poisoned".into()))?;
         if let Some(s) = *chosen {
             return Ok(s);
         }
@@ -73,7 +76,7 @@ impl Shared {
             .filter(|(_, ms)| ms.is_finite())
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map(|x| x.0)
-            .ok_or("no transfer strategy worked on the first frame")?;
+            .ok_or(RenderError::NoStrategy)?;
         let summary: Vec<String> = table
             .iter()
             .map(|(s, ms)| format!("{} {:.3} ms", s.name(), ms))
@@ -433,7 +436,7 @@ impl Backend for CudaBackend {
         self.allocator.clone()
     }
 
-    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, String> {
+    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, BackendError> {
         let slot = index % self.shared.devices.len();
         let w =
             worker::CudaWorker::new(index, slot, self.shared.clone(), self.modules[slot].clone())?;
