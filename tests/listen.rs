@@ -385,9 +385,18 @@ fn hostile_peers_are_dropped_with_a_reason_and_the_listener_keeps_serving() {
     assert!(comment.unwrap_or_default().contains("claims"));
     scu.release().unwrap();
 
-    // Disconnecting in the middle of an instance, and stalling in the middle of one.
+    // Disconnecting in the middle of an instance, and stalling in the middle of one while
+    // another sender is served.
     disconnect_mid_instance(port, &outgoing[1], false);
-    disconnect_mid_instance(port, &outgoing[1], true);
+    let stalled = {
+        let file = outgoing[1].clone();
+        std::thread::spawn(move || disconnect_mid_instance(port, &file, true))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut other = Scu::connect(&scu_options(port), &outgoing).unwrap();
+    assert_eq!(other.store(&outgoing[2]).unwrap().0, status::SUCCESS);
+    other.release().unwrap();
+    stalled.join().unwrap();
 
     // More associations than allowed: the third is refused while two are open.
     let first = Scu::connect(&scu_options(port), &outgoing).unwrap();
