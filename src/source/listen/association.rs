@@ -586,9 +586,13 @@ impl Session<'_> {
     /// Checks, places, hands on and makes durable a received instance; the status to answer.
     /// The pipeline gets it as soon as it is placed, so rendering overlaps the sync; the
     /// sender hears of success only once the sync is done.
-    fn commit(&self, incoming: Incoming, arrived: Instant) -> (u16, Option<String>) {
+    fn commit(&self, mut incoming: Incoming, arrived: Instant) -> (u16, Option<String>) {
         let shared = self.shared;
-        if let Err(reason) = crate::decode::check_received(incoming.path()) {
+        let checked = incoming
+            .seal()
+            .map_err(|e| e.to_string())
+            .and_then(|()| crate::decode::check_received(incoming.path()));
+        if let Err(reason) = checked {
             incoming.abandon();
             shared.stats.refused_from(&self.origin);
             tracing::warn!("refusing an instance from {}: {reason}", self.origin);

@@ -328,7 +328,16 @@ mod tests {
             addr,
             ..Default::default()
         };
-        let first = Scu::connect(&ok, &[]).unwrap();
+        // The refused association's thread may take a moment to end and free its slot.
+        let mut first = None;
+        assert!(crate::source::live::wait_until(
+            Duration::from_secs(5),
+            || {
+                first = Scu::connect(&ok, &[]).ok();
+                first.is_some()
+            }
+        ));
+        let first = first.unwrap();
         let err = Scu::connect(&ok, &[]).err().unwrap();
         assert!(err.to_string().contains("rejected"), "{err}");
         first.release().unwrap();

@@ -35,6 +35,9 @@ pub const IMPLEMENTATION_CLASS_UID: &str = "2.25.1172791444273048433722337493072
 pub const IMPLEMENTATION_VERSION_NAME: &str = concat!("DICOMFLOW_", env!("CARGO_PKG_VERSION"));
 
 const INCOMING: &str = ".incoming";
+/// Files of finished entries kept for reuse (about the instances several associations
+/// receive at once, plus what waits to render).
+const MAX_FREE: usize = 64;
 /// Digits of the sequence number in entry names.
 const SEQ_DIGITS: usize = 16;
 
@@ -126,6 +129,17 @@ impl Incoming {
         Ok(())
     }
 
+    /// Ends the file at what was written (a reused file may be longer): call once the last
+    /// bytes are in, before reading the file back.
+    pub fn seal(&mut self) -> Result<(), SpoolError> {
+        self.file
+            .set_len(self.meta_bytes + self.data_bytes)
+            .map_err(|source| SpoolError::File {
+                path: self.path.clone(),
+                source,
+            })
+    }
+
     /// Data set bytes received so far.
     pub fn data_bytes(&self) -> u64 {
         self.data_bytes
@@ -156,6 +170,8 @@ pub struct Spool {
     durable: bool,
     commits: Mutex<Commits>,
     synced: Condvar,
+    /// Files of finished entries, to write new instances over.
+    free: Mutex<Vec<PathBuf>>,
 }
 
 /// The group commit's state: requests are numbered; a sync started after request N was
@@ -248,6 +264,7 @@ impl Spool {
             durable,
             commits: Mutex::new(Commits::default()),
             synced: Condvar::new(),
+            free: Mutex::new(Vec::new()),
         };
         Ok((spool, found.into_iter().map(|(_, e)| e).collect()))
     }
@@ -281,10 +298,15 @@ impl Spool {
             .write(&mut head)
             .map_err(|e| SpoolError::Meta(e.to_string()))?;
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let path = self
-            .incoming
-            .join(format!("{seq:0w$}.part", w = SEQ_DIGITS));
-        let mut file = File::create(&path).map_err(file_err(&path))?;
+        let (mut file, path) = match self.reuse() {
+            Some(reused) => reused,
+            None => {
+                let path = self
+                    .incoming
+                    .join(format!("{seq:0w$}.part", w = SEQ_DIGITS));
+                (File::create(&path).map_err(file_err(&path))?, path)
+            }
+        };
         if let Err(e) = file.write_all(&head) {
             drop(file);
             let _ = std::fs::remove_file(&path);
@@ -300,6 +322,18 @@ impl Spool {
         })
     }
 
+    /// A file of a finished entry to write the next instance over, when one is free.
+    fn reuse(&self) -> Option<(File, PathBuf)> {
+        let path = self.free.lock().ok()?.pop()?;
+        match std::fs::OpenOptions::new().write(true).open(&path) {
+            Ok(file) => Some((file, path)),
+            Err(_) => {
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
     /// Moves a received instance into the spool under its entry name. It is not durable yet
     /// (see [`make_durable`](Self::make_durable), which takes the returned [`Placed`]), but
     /// complete: the pipeline may read it.
@@ -312,6 +346,11 @@ impl Spool {
             data_bytes,
             meta_bytes,
         } = incoming;
+        // A reused file may be longer than this instance.
+        if let Err(e) = file.set_len(meta_bytes + data_bytes) {
+            let _ = std::fs::remove_file(&path);
+            return Err(file_err(&path)(e));
+        }
         let name = format!("{seq:0w$}-{sop_instance}.dcm", w = SEQ_DIGITS);
         let target = self.root.join(&name);
         if let Err(e) = std::fs::rename(&path, &target) {
@@ -390,7 +429,7 @@ impl Spool {
     /// removed when `keep` is on another file system).
     pub fn finish(&self, entry: &SpoolEntry, keep: Option<&Path>) -> Result<(), SpoolError> {
         let result = match keep {
-            None => std::fs::remove_file(&entry.path).map_err(file_err(&entry.path)),
+            None => self.recycle(&entry.path),
             Some(dir) => {
                 let target = dir.join(&entry.rel);
                 std::fs::create_dir_all(dir)
@@ -403,6 +442,29 @@ impl Spool {
             self.depth.fetch_sub(1, Ordering::Relaxed);
         }
         result
+    }
+
+    /// Keeps the file of a finished entry for a later instance (in `.incoming`, which a start
+    /// empties), or removes it when enough are kept. Writing over a file of the same size
+    /// frees and allocates no blocks: on a file system mounted with `discard` each removal
+    /// waits for the disk to discard the file's blocks (8 % of the listener's time in a
+    /// 4-association profile on the 2-core box), and a sync of an overwritten file needs no
+    /// journal commit.
+    fn recycle(&self, path: &Path) -> Result<(), SpoolError> {
+        let mut free = self.free.lock().map_err(|_| SpoolError::Folder {
+            path: self.root.clone(),
+            source: std::io::Error::other("spool free list poisoned"),
+        })?;
+        if free.len() < MAX_FREE {
+            let n = self.next_seq.fetch_add(1, Ordering::Relaxed);
+            let target = self.incoming.join(format!("free-{n}"));
+            if std::fs::rename(path, &target).is_ok() {
+                free.push(target);
+                return Ok(());
+            }
+        }
+        drop(free);
+        std::fs::remove_file(path).map_err(file_err(path))
     }
 
     /// Syncs the spool folder (after a batch of [`finish`](Self::finish) calls).
@@ -493,6 +555,40 @@ mod tests {
         assert!(st.failed.is_none());
         drop(st);
         assert_eq!(spool.depth(), 40);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn finished_files_are_written_over_and_cut_to_the_new_instance() {
+        let dir = crate::scratch_dir("spool-reuse");
+        let (spool, _) = Spool::open(&dir, false).unwrap();
+        let mut big = spool.begin(&meta("1.2.3.1")).unwrap();
+        big.write(&[7u8; 10_000]).unwrap();
+        let big = spool.commit(big).unwrap();
+        spool.finish(&big, None).unwrap();
+        assert!(!big.path.exists());
+        assert_eq!(spool.free.lock().unwrap().len(), 1);
+        let mut small = spool.begin(&meta("1.2.3.2")).unwrap();
+        small
+            .write(b"\x08\x00\x05\x00CS\x0a\x00ISO_IR 100")
+            .unwrap();
+        let small = spool.commit(small).unwrap();
+        assert!(
+            spool.free.lock().unwrap().is_empty(),
+            "the free file was not reused"
+        );
+        let bytes = std::fs::read(&small.path).unwrap();
+        assert_eq!(bytes.len() as u64, small.bytes);
+        assert!(bytes.ends_with(b"ISO_IR 100"));
+        let obj = dicom_object::OpenFileOptions::new()
+            .open_file(&small.path)
+            .unwrap();
+        assert_eq!(obj.meta().media_storage_sop_instance_uid(), "1.2.3.2");
+        // A restart drops the free files with the rest of `.incoming`.
+        spool.finish(&small, None).unwrap();
+        drop(spool);
+        Spool::open(&dir, false).unwrap();
+        assert_eq!(std::fs::read_dir(dir.join(INCOMING)).unwrap().count(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
