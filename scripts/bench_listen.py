@@ -6,6 +6,7 @@ latency at a paced rate.
 
 usage: scripts/bench_listen.py DICOMFLOW OUT_DIR [--slices 300] [--size 512]
            [--associations 1,4] [--repeat 3] [--rate 200] [--latency-slices 1000]
+           [--latency-associations 1,2]
            [--sender auto|storescu|dicomflow] [--backend auto|cpu|cuda] [--no-storescp]
 
 Sender: DCMTK's storescu (TCP_NODELAY=1, one process per association, each with its share of
@@ -21,8 +22,10 @@ never syncs). storescp runs with TCP_NODELAY=1 too (DCMTK reads it on both sides
 alternate within each repetition, so load on the box hits them alike; the best repetition is
 kept and the spread printed.
 
-Latency rows: `listen --report` after a paced run: p50/p95/p99/max of arrival (last byte of
-the instance received) -> PNG renamed into place, from the report's live section.
+Latency rows: `listen --report` after a paced run (durable and not, over 1 and 2
+associations sharing the rate): p50/p95/p99/max of arrival (last byte of the instance
+received) -> PNG renamed into place, from the report's live section, and the rate the sender
+reached (a durable association is bounded by its sync per instance).
 
 On a machine without DCMTK (the H200 host) storescp rows are skipped:
   scripts/bench_listen.py target/release/dicomflow /tmp/bl --sender dicomflow \\
@@ -143,15 +146,16 @@ def run_listen(a, files, associations, durable, env):
     return {"acked_s": secs, "done_s": done, "fails": fails, "count": count}
 
 
-def latency(a, env):
+def latency(a, env, durable, associations):
     port = free_port()
     out = os.path.join(a.work, "latency-out")
     shutil.rmtree(out, ignore_errors=True)
     report = os.path.join(a.work, "latency.json")
-    p = start_listen(a, out, port, True, env, ["--report", report])
+    p = start_listen(a, out, port, durable, env, ["--report", report])
     try:
         r = subprocess.run([a.dicomflow, "bench", "listen", "--to", f"127.0.0.1:{port}",
-                            "--associations", "1", "--rate", str(a.rate), a.latency_series],
+                            "--associations", str(associations), "--rate", str(a.rate),
+                            a.latency_series],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         sender = r.stdout.strip()
         t0 = time.time()
@@ -173,6 +177,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rate", type=float, default=200.0)
     ap.add_argument("--latency-slices", type=int, default=1000)
+    ap.add_argument("--latency-associations", default="1,2",
+                    help="association counts of the paced runs (the rate is shared among them)")
     ap.add_argument("--sender", default="auto", choices=["auto", "storescu", "dicomflow"])
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--no-storescp", action="store_true")
@@ -218,12 +224,13 @@ def main():
         a.latency_series = os.path.join(a.work, "latency-series")
         subprocess.run([a.dicomflow, "synth", a.latency_series, "--size", str(a.size),
                         "--slices", str(a.latency_slices), "--seed", "7", "-q"], check=True)
-        live, sender = latency(a, env)
-        p50, p95, p99, mx = live["latency_ms"]
-        emit(f"latency at {a.rate:.0f} instances/s, 1 association, {a.latency_slices} instances (durable): "
-             f"arrival -> PNG p50 {p50:.2f} ms, p95 {p95:.2f} ms, p99 {p99:.2f} ms, max {mx:.2f} ms; "
-             f"rendered {live['rendered']}")
-        emit(f"  sender: {sender}")
+        for n in [int(x) for x in a.latency_associations.split(",")]:
+            for durable in (True, False):
+                live, sender = latency(a, env, durable, n)
+                p50, p95, p99, mx = live["latency_ms"]
+                mode = "durable" if durable else "durable = false"
+                emit(f"paced {a.rate:.0f}/s, {n} association(s), {mode}: arrival -> PNG p50 {p50:.2f} ms, "
+                     f"p95 {p95:.2f}, p99 {p99:.2f}, max {mx:.2f}; rendered {live['rendered']}; {sender}")
 
 
 if __name__ == "__main__":

@@ -265,8 +265,8 @@ impl Live {
         }
     }
 
-    /// "arrivals 120 (35/s)  rendered 118  waiting 2  latency p50/p95/p99 4.1/6.0/9.2 ms
-    /// assoc 2  errors 0": the plain progress line of a live run.
+    /// "arrivals 120 (35/s) rendered 118 waiting 2 latency 4.1/6.0/9.2 ms assoc 2 refused 0
+    /// errors 0" (latency: arrival → output p50/p95/p99): the progress line of a live run.
     pub fn line(&self, errors: u64) -> String {
         let s = &self.snap;
         let latency = match s.latency_ms {
@@ -274,7 +274,7 @@ impl Live {
             None => "-".into(),
         };
         format!(
-            "arrivals {} ({}/s) rendered {} waiting {} latency p50/p95/p99 {} associations {} refused {} errors {}",
+            "arrivals {} ({}/s) rendered {} waiting {} latency {} assoc {} refused {} errors {}",
             s.arrivals,
             rate(self.arrivals_per_s()),
             s.rendered,

@@ -397,29 +397,26 @@ fn ingest(f: &mut Frame, live: &super::app::Live, area: Rect) {
     let s = &live.snap;
     let mut lines = vec![
         Line::from(format!(
-            "associations {} open, {} total, {} refused",
+            "assoc {} open, {} total, {} refused",
             s.associations_open, s.associations_total, s.associations_refused
         )),
         Line::from(format!(
-            "arrivals {}  {}/s  waiting {}",
+            "arrivals {} ({}/s) waiting {}",
             s.arrivals,
             rate(live.arrivals_per_s()),
             s.pending
         )),
         Line::from(match s.latency_ms {
-            Some([p50, p95, p99, max]) => format!(
-                "arrival→output p50 {} p95 {} p99 {} max {} ms",
-                ms(p50),
-                ms(p95),
-                ms(p99),
-                ms(max)
-            ),
-            None => "arrival→output: -".into(),
+            Some([p50, p95, p99, _]) => {
+                format!("latency {}/{}/{} ms", ms(p50), ms(p95), ms(p99))
+            }
+            None => "latency -".into(),
         }),
         Line::from(format!(
-            "rendered {}  skipped {}  failed {}  refused {}",
-            s.rendered, s.skipped, s.failed, s.refused
+            "rendered {} skipped {} failed {}",
+            s.rendered, s.skipped, s.failed
         )),
+        Line::from(format!("instances refused {}", s.refused)),
     ];
     let room = area.height.saturating_sub(2 + lines.len() as u16) as usize;
     let mut senders: Vec<_> = s.senders.iter().collect();
@@ -436,7 +433,7 @@ fn ingest(f: &mut Frame, live: &super::app::Live, area: Rect) {
         ]));
     }
     f.render_widget(
-        Paragraph::new(lines).block(Block::bordered().title(" Ingest ")),
+        Paragraph::new(lines).block(Block::bordered().title(" Ingest (latency p50/95/99) ")),
         area,
     );
 }
