@@ -92,6 +92,30 @@ pub struct Report<'a> {
     pub live: Option<&'a LiveSnapshot>,
 }
 
+/// At the end of a run: writes the trace when one was recorded, then the report when one was
+/// asked for (`process.report_s` is set here), naming the path in errors.
+pub fn write_trace_and_report(
+    settings: &Settings,
+    tracer: Option<&dicomflow::observe::trace::Tracer>,
+    result: &RunResult,
+    stats: &Snapshot,
+    live: Option<&LiveSnapshot>,
+    mut process: ProcessTimes,
+    started: std::time::Instant,
+) -> Result<(), dicomflow::error::FatalError> {
+    use dicomflow::error::FatalError;
+    if let (Some(path), Some(t)) = (&settings.trace, tracer) {
+        t.write(path)
+            .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
+    }
+    if let Some(path) = &settings.report {
+        process.report_s = started.elapsed().as_secs_f64();
+        write_report(path, settings, result, stats, live, process)
+            .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
 /// Writes the JSON report atomically.
 pub fn write_report(
     path: &Path,

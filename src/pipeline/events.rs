@@ -69,6 +69,22 @@ pub enum Event {
     FileNotStarted { path: PathBuf },
 }
 
+impl Event {
+    /// The file the event is about, when it has an id.
+    pub fn file_id(&self) -> Option<usize> {
+        match self {
+            Event::FileStarted { id, .. }
+            | Event::FrameDone { id, .. }
+            | Event::FrameExisting { id, .. }
+            | Event::FrameFailed { id, .. }
+            | Event::FrameCancelled { id, .. }
+            | Event::Arrived { id, .. } => Some(*id),
+            Event::FileFailed { id, .. } | Event::Skipped { id, .. } => *id,
+            Event::FileNotStarted { .. } => None,
+        }
+    }
+}
+
 /// Header facts kept for the report.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct FileMeta {
@@ -341,19 +357,13 @@ impl Collector {
     /// True for an event about a live file already settled (a frame still in flight when a
     /// caught panic failed its file): it changes nothing any more.
     fn is_late(&self, event: &Event) -> bool {
-        let Some(live) = &self.live else {
-            return false;
-        };
-        let id = match event {
-            Event::FileStarted { id, .. }
-            | Event::FrameDone { id, .. }
-            | Event::FrameExisting { id, .. }
-            | Event::FrameFailed { id, .. }
-            | Event::FrameCancelled { id, .. } => *id,
-            Event::FileFailed { id: Some(id), .. } | Event::Skipped { id: Some(id), .. } => *id,
-            _ => return false,
-        };
-        !live.inputs.contains_key(&id)
+        match (&self.live, event) {
+            (_, Event::Arrived { .. }) => false,
+            (Some(live), event) => event
+                .file_id()
+                .is_some_and(|id| !live.inputs.contains_key(&id)),
+            (None, _) => false,
+        }
     }
 
     fn failure(&mut self, path: &std::path::Path, stage: Stage, reason: &str) {
@@ -374,21 +384,26 @@ impl Collector {
             .or_insert_with(|| FileRecord::new(path.cloned().unwrap_or_default()))
     }
 
+    /// File `id`'s record, or a new record of its own for a file without an id.
+    fn record_or_new(&mut self, id: Option<usize>, path: PathBuf) -> &mut FileRecord {
+        match id {
+            Some(id) => self.record(id, Some(&path)),
+            None => {
+                self.others.push(FileRecord::new(path));
+                self.others
+                    .last_mut()
+                    .unwrap_or_else(|| unreachable!("just pushed"))
+            }
+        }
+    }
+
     /// Takes one event into account.
     pub fn handle(&mut self, event: Event) {
         if self.is_late(&event) {
             tracing::debug!("late event for a file already done: {event:?}");
             return;
         }
-        let id = match &event {
-            Event::FileStarted { id, .. }
-            | Event::FrameDone { id, .. }
-            | Event::FrameExisting { id, .. }
-            | Event::FrameFailed { id, .. }
-            | Event::FrameCancelled { id, .. } => Some(*id),
-            Event::FileFailed { id, .. } | Event::Skipped { id, .. } => *id,
-            Event::Arrived { .. } | Event::FileNotStarted { .. } => None,
-        };
+        let id = event.file_id();
         self.take(event);
         if let Some(id) = id {
             self.settle_live(id);
@@ -406,16 +421,7 @@ impl Collector {
             Event::Skipped { id, path, reason } => {
                 t.files_skipped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(path = %path.display(), "skipped: {reason}");
-                let r = match id {
-                    Some(id) => self.record(id, Some(&path)),
-                    None => {
-                        self.others.push(FileRecord::new(path));
-                        self.others
-                            .last_mut()
-                            .unwrap_or_else(|| unreachable!("just pushed"))
-                    }
-                };
-                r.skip_reason = Some(reason);
+                self.record_or_new(id, path).skip_reason = Some(reason);
             }
             Event::FileFailed {
                 id,
@@ -425,16 +431,7 @@ impl Collector {
             } => {
                 t.files_failed.fetch_add(1, Ordering::Relaxed);
                 self.failure(&path, stage, &reason);
-                let rec = match id {
-                    Some(id) => self.record(id, Some(&path)),
-                    None => {
-                        self.others.push(FileRecord::new(path));
-                        self.others
-                            .last_mut()
-                            .unwrap_or_else(|| unreachable!("just pushed"))
-                    }
-                };
-                rec.failures.push(FailureRecord {
+                self.record_or_new(id, path).failures.push(FailureRecord {
                     frame: None,
                     stage,
                     reason,

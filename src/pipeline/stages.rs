@@ -75,29 +75,38 @@ pub(crate) fn scan_stage(
             t.span(StageId::Scan, &path.display().to_string(), last, now);
         }
         ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
-        let ok = match item {
-            ScanItem::Skipped { path, reason } => events
-                .send(Event::Skipped {
-                    id: None,
-                    path,
-                    reason,
-                })
-                .is_ok(),
-            ScanItem::Error { path, reason } => send_failure(
-                ctx,
-                &events,
-                Event::FileFailed {
-                    id: None,
-                    path,
-                    stage: Stage::Scan,
-                    reason,
-                },
-            ),
-            item @ ScanItem::Dicom(_) => tx.send(item).is_ok(),
-        };
+        let ok = hand_on(ctx, item, None, &tx, &events);
         last = Instant::now();
         ok
     });
+}
+
+/// Sends what the scan found on: candidates to the loaders, the others to the collector
+/// (`id`: the file's, when it has one before it is opened, as a live input does). False when
+/// the run is ending.
+fn hand_on(
+    ctx: &Context,
+    item: ScanItem,
+    id: Option<usize>,
+    tx: &Sender<ScanItem>,
+    events: &Sender<Event>,
+) -> bool {
+    match item {
+        ScanItem::Skipped { path, reason } => {
+            events.send(Event::Skipped { id, path, reason }).is_ok()
+        }
+        ScanItem::Error { path, reason } => send_failure(
+            ctx,
+            events,
+            Event::FileFailed {
+                id,
+                path,
+                stage: Stage::Scan,
+                reason,
+            },
+        ),
+        item @ ScanItem::Dicom(_) => tx.send(item).is_ok(),
+    }
 }
 
 /// The scan stage of a run whose inputs arrive while it goes on: each arrival becomes a
@@ -121,29 +130,11 @@ pub(crate) fn live_scan_stage(
         if events.send(Event::Arrived { id, input }).is_err() {
             return;
         }
-        let ok = match source::classify_as(id, path, rel) {
-            ScanItem::Skipped { path, reason } => events
-                .send(Event::Skipped {
-                    id: Some(id),
-                    path,
-                    reason,
-                })
-                .is_ok(),
-            ScanItem::Error { path, reason } => send_failure(
-                ctx,
-                &events,
-                Event::FileFailed {
-                    id: Some(id),
-                    path,
-                    stage: Stage::Scan,
-                    reason,
-                },
-            ),
-            ScanItem::Dicom(mut c) => {
-                c.skip_existing = skip_existing;
-                tx.send(ScanItem::Dicom(c)).is_ok()
-            }
-        };
+        let mut item = source::classify_as(id, path, rel);
+        if let ScanItem::Dicom(c) = &mut item {
+            c.skip_existing = skip_existing;
+        }
+        let ok = hand_on(ctx, item, Some(id), &tx, &events);
         rec.record(t0.elapsed());
         if !ok {
             return;

@@ -106,19 +106,8 @@ impl Drop for Proc {
     }
 }
 
-/// Waits until `cond` holds, up to `limit`; false when it never did.
-pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
+pub use crate::common::decodes_completely;
+pub use dicomflow::source::live::wait_until;
 
 /// True when every program is installed (an absolute path, or a name found on PATH); else
 /// says which one is missing, for the test to print why it skips.
@@ -215,22 +204,6 @@ pub fn reference_outputs(inputs: &[PathBuf], out: &Path) -> BTreeMap<String, Vec
         refs.insert(sop_instance_uid(input), std::fs::read(png).unwrap());
     }
     refs
-}
-
-/// A PNG that decodes to its end (not cut short).
-pub fn decodes_completely(path: &Path) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let decoder = png::Decoder::new(std::io::BufReader::new(file));
-    let Ok(mut reader) = decoder.read_info() else {
-        return false;
-    };
-    let Some(size) = reader.output_buffer_size() else {
-        return false;
-    };
-    let mut buf = vec![0; size];
-    reader.next_frame(&mut buf).is_ok() && reader.finish().is_ok()
 }
 
 /// The `.png` files directly in `dir`.

@@ -50,17 +50,7 @@ pub fn run(
     };
     let stats = Stats::new();
     let tracer = settings.trace.as_ref().map(|_| Arc::new(Tracer::new()));
-    let display = dashboard::Options {
-        display: dashboard::Display::choose(
-            settings.dashboard.tui,
-            quiet,
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        ),
-        tick: Duration::from_millis(settings.dashboard.tick_ms),
-        log_file: (settings.dashboard.log_file.clone())
-            .unwrap_or_else(|| job.output.dir.join("dicomflow.log")),
-        live: Some(live.clone()),
-    };
+    let display = dashboard::Options::of(settings, quiet, Some(live.clone()));
     // The pipeline's own cancel is never set here: stopping closes the feed instead, so that
     // everything that arrived is rendered. A second signal exits at once (the spool or the
     // folder keeps what was not rendered).
@@ -99,22 +89,15 @@ pub fn run(
     process.pipeline_done_s = started.elapsed().as_secs_f64();
     let snapshot = stats.snapshot();
     let live_snapshot = live.snapshot();
-    if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
-        t.write(path)
-            .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
-    }
-    if let Some(path) = &settings.report {
-        process.report_s = started.elapsed().as_secs_f64();
-        report::write_report(
-            path,
-            settings,
-            &result,
-            &snapshot,
-            Some(&live_snapshot),
-            process,
-        )
-        .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
-    }
+    report::write_trace_and_report(
+        settings,
+        tracer.as_deref(),
+        &result,
+        &snapshot,
+        Some(&live_snapshot),
+        process,
+        started,
+    )?;
     if !quiet {
         eprint!("{}", report::live_summary(&live_snapshot));
         eprint!("{}", report::summary(&result, &snapshot));

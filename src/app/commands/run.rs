@@ -32,17 +32,7 @@ pub fn execute(
     let cancel = Arc::new(AtomicBool::new(false));
     signals::cancel_on_interrupt(cancel.clone());
     let tracer = settings.trace.as_ref().map(|_| Arc::new(Tracer::new()));
-    let display = dashboard::Options {
-        display: dashboard::Display::choose(
-            settings.dashboard.tui,
-            quiet,
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        ),
-        tick: std::time::Duration::from_millis(settings.dashboard.tick_ms),
-        log_file: (settings.dashboard.log_file.clone())
-            .unwrap_or_else(|| settings.job.output.dir.join("dicomflow.log")),
-        live: None,
-    };
+    let display = dashboard::Options::of(&settings, quiet, None);
     let result = dashboard::supervise(&display, &stats, &cancel, tracer.as_ref(), || {
         dicomflow::pipeline::run(
             &settings.job,
@@ -55,15 +45,15 @@ pub fn execute(
     })??;
     process.pipeline_done_s = started.elapsed().as_secs_f64();
     let snapshot = stats.snapshot();
-    if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
-        t.write(path)
-            .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
-    }
-    if let Some(path) = &settings.report {
-        process.report_s = started.elapsed().as_secs_f64();
-        report::write_report(path, &settings, &result, &snapshot, None, process)
-            .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
-    }
+    report::write_trace_and_report(
+        &settings,
+        tracer.as_deref(),
+        &result,
+        &snapshot,
+        None,
+        process,
+        started,
+    )?;
     if !quiet {
         eprint!("{}", report::summary(&result, &snapshot));
     } else {

@@ -71,6 +71,28 @@ pub struct Options {
     pub live: Option<Arc<LiveStats>>,
 }
 
+impl Options {
+    /// The display a run's settings ask for (`live`: the arrival figures of `listen` and
+    /// `watch`).
+    pub fn of(
+        settings: &crate::app::config::Settings,
+        quiet: bool,
+        live: Option<Arc<LiveStats>>,
+    ) -> Options {
+        Options {
+            display: Display::choose(
+                settings.dashboard.tui,
+                quiet,
+                std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            ),
+            tick: Duration::from_millis(settings.dashboard.tick_ms),
+            log_file: (settings.dashboard.log_file.clone())
+                .unwrap_or_else(|| settings.job.output.dir.join("dicomflow.log")),
+            live,
+        }
+    }
+}
+
 /// Runs `work` (the pipeline) on its own thread and shows its progress on this one until it
 /// ends; returns what `work` returned. q / Ctrl-C in the dashboard set `cancel`; p toggles
 /// `stats.set_paused`. A panic of `work` is resumed here once the terminal is restored.

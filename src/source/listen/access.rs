@@ -3,8 +3,7 @@
 
 use std::net::IpAddr;
 
-use dicom_ul::association::server::AccessControl;
-use dicom_ul::pdu::{AssociationRJServiceUserReason, UserIdentity};
+use dicom_ul::pdu::AssociationRJServiceUserReason;
 
 /// One allow-list entry: an address, a network (`10.1.0.0/16`), or a calling AE title.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,21 +153,6 @@ impl Access<'_> {
             ));
         }
         None
-    }
-}
-
-impl AccessControl for Access<'_> {
-    fn check_access(
-        &self,
-        this_ae_title: &str,
-        calling_ae_title: &str,
-        called_ae_title: &str,
-        _user_identity: Option<&UserIdentity>,
-    ) -> Result<(), AssociationRJServiceUserReason> {
-        match self.refusal(this_ae_title, calling_ae_title, called_ae_title) {
-            Some((reason, _)) => Err(reason),
-            None => Ok(()),
-        }
     }
 }
 

@@ -87,6 +87,17 @@ fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The status and reason for an instance the spool could not take: a full disk is "out of
+/// resources", anything else "cannot understand" (the sender should not retry as is).
+fn spool_refusal(e: &super::SpoolError) -> (u16, String) {
+    let status = if e.is_out_of_space() {
+        status::OUT_OF_RESOURCES
+    } else {
+        status::CANNOT_UNDERSTAND
+    };
+    (status, format!("cannot spool the instance: {e}"))
+}
+
 /// An accepted presentation context.
 struct Context {
     abstract_syntax: String,
@@ -102,6 +113,28 @@ struct Reply {
     sop_instance: Option<String>,
     status: u16,
     comment: Option<String>,
+}
+
+impl Reply {
+    /// The response to a C-STORE-RQ.
+    fn store(
+        context: u8,
+        message_id: u16,
+        sop_class: String,
+        sop_instance: String,
+        status: u16,
+        comment: Option<String>,
+    ) -> Reply {
+        Reply {
+            context,
+            request_field: C_STORE_RQ,
+            sop_class: Some(sop_class),
+            message_id,
+            sop_instance: Some(sop_instance),
+            status,
+            comment,
+        }
+    }
 }
 
 /// The message in progress.
@@ -470,14 +503,7 @@ impl Session<'_> {
                 sender: self.origin.split('@').next().unwrap_or(""),
                 receiver: &opts.ae_title,
             })
-            .map_err(|e| {
-                let status = if e.is_out_of_space() {
-                    status::OUT_OF_RESOURCES
-                } else {
-                    status::CANNOT_UNDERSTAND
-                };
-                (status, format!("cannot spool the instance: {e}"))
-            })
+            .map_err(|e| spool_refusal(&e))
     }
 
     fn data(
@@ -498,14 +524,7 @@ impl Session<'_> {
                         ),
                     ))
                 } else {
-                    incoming.write(bytes).err().map(|e| {
-                        let status = if e.is_out_of_space() {
-                            status::OUT_OF_RESOURCES
-                        } else {
-                            status::CANNOT_UNDERSTAND
-                        };
-                        (status, format!("cannot spool the instance: {e}"))
-                    })
+                    incoming.write(bytes).err().map(|e| spool_refusal(&e))
                 };
                 if let Some((status, comment)) = refusal {
                     let Pending::Storing {
@@ -524,15 +543,14 @@ impl Session<'_> {
                         "refusing an instance from {} with status {status:#06x}: {comment}",
                         self.origin
                     );
-                    self.pending = Pending::Discarding(Reply {
+                    self.pending = Pending::Discarding(Reply::store(
                         context,
-                        request_field: C_STORE_RQ,
-                        sop_class: Some(sop_class),
                         message_id,
-                        sop_instance: Some(sop_instance),
+                        sop_class,
+                        sop_instance,
                         status,
-                        comment: Some(comment),
-                    });
+                        Some(comment),
+                    ));
                 }
                 if last {
                     return self.end_of_data(assoc);
@@ -564,15 +582,14 @@ impl Session<'_> {
                 sop_instance,
             } => {
                 let (status, comment) = self.commit(incoming, arrived);
-                Reply {
+                Reply::store(
                     context,
-                    request_field: C_STORE_RQ,
-                    sop_class: Some(sop_class),
                     message_id,
-                    sop_instance: Some(sop_instance),
+                    sop_class,
+                    sop_instance,
                     status,
                     comment,
-                }
+                )
             }
             Pending::None => return Ok(()),
         };

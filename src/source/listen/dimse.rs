@@ -116,7 +116,7 @@ pub enum Request {
     },
 }
 
-/// Reads one element header at `at`: (element number, value length).
+/// Reads one element header at `at`: (group, element, value length).
 fn header(bytes: &[u8], at: usize) -> Result<(u16, u16, u32), CommandError> {
     let h = bytes.get(at..at + 8).ok_or(CommandError::ShortHeader {
         at,
@@ -126,6 +126,39 @@ fn header(bytes: &[u8], at: usize) -> Result<(u16, u16, u32), CommandError> {
     let element = u16::from_le_bytes([h[2], h[3]]);
     let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
     Ok((group, element, len))
+}
+
+/// The elements of a command set in order: (element number, value), every length checked
+/// against the bytes present and every element in group 0000.
+fn elements(bytes: &[u8]) -> impl Iterator<Item = Result<(u16, &[u8]), CommandError>> {
+    let mut at = 0usize;
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed || at >= bytes.len() {
+            return None;
+        }
+        let item = (|| {
+            let (group, element, len) = header(bytes, at)?;
+            if group != 0x0000 {
+                return Err(CommandError::WrongGroup { group, element });
+            }
+            let start = at + 8;
+            let left = bytes.len() - start;
+            if len as u64 > left as u64 {
+                return Err(CommandError::Truncated {
+                    at,
+                    group,
+                    element,
+                    needed: len as u64,
+                    left,
+                });
+            }
+            at = start + len as usize;
+            Ok((element, &bytes[start..at]))
+        })();
+        failed = item.is_err();
+        Some(item)
+    })
 }
 
 fn us(element: u16, v: &[u8]) -> Result<u16, CommandError> {
@@ -183,29 +216,13 @@ fn ae(v: &[u8]) -> String {
 pub fn parse_command(bytes: &[u8]) -> Result<CommandSet, CommandError> {
     let mut cmd = CommandSet::default();
     let mut field = None;
-    let mut at = 0usize;
     let mut last: Option<u16> = None;
-    while at < bytes.len() {
-        let (group, element, len) = header(bytes, at)?;
-        if group != 0x0000 {
-            return Err(CommandError::WrongGroup { group, element });
-        }
+    for item in elements(bytes) {
+        let (element, v) = item?;
         if last.is_some_and(|l| element <= l) {
             return Err(CommandError::Order { element });
         }
         last = Some(element);
-        let start = at + 8;
-        let left = bytes.len() - start;
-        if len as u64 > left as u64 {
-            return Err(CommandError::Truncated {
-                at,
-                group,
-                element,
-                needed: len as u64,
-                left,
-            });
-        }
-        let v = &bytes[start..start + len as usize];
         match element {
             0x0002 => cmd.sop_class = Some(uid("AffectedSOPClassUID", v)?),
             0x0100 => field = Some(us(element, v)?),
@@ -216,7 +233,6 @@ pub fn parse_command(bytes: &[u8]) -> Result<CommandSet, CommandError> {
             // Group length, priority, status, move originator message ID, ...: not needed.
             _ => {}
         }
-        at = start + len as usize;
     }
     cmd.field = field.ok_or(CommandError::Missing("CommandField (0000,0100)"))?;
     Ok(cmd)
@@ -365,30 +381,13 @@ pub fn encode_request(
 pub fn response_status(bytes: &[u8]) -> Result<(u16, Option<String>), CommandError> {
     let mut status = None;
     let mut comment = None;
-    let mut at = 0usize;
-    while at < bytes.len() {
-        let (group, element, len) = header(bytes, at)?;
-        if group != 0 {
-            return Err(CommandError::WrongGroup { group, element });
-        }
-        let start = at + 8;
-        let left = bytes.len() - start;
-        if len as u64 > left as u64 {
-            return Err(CommandError::Truncated {
-                at,
-                group,
-                element,
-                needed: len as u64,
-                left,
-            });
-        }
-        let v = &bytes[start..start + len as usize];
+    for item in elements(bytes) {
+        let (element, v) = item?;
         match element {
             0x0900 => status = Some(us(element, v)?),
             0x0902 => comment = Some(String::from_utf8_lossy(v).trim().to_string()),
             _ => {}
         }
-        at = start + len as usize;
     }
     Ok((status.ok_or(CommandError::Missing("Status"))?, comment))
 }
