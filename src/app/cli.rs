@@ -35,6 +35,12 @@ pub enum Command {
     Synth(SynthArgs),
     /// Show what will be rendered for one file and how.
     Inspect(InspectArgs),
+    /// List the files under some inputs once (relative path, size; UIDs with --with-series) in
+    /// a manifest, for sharded runs that then need no walk (`run --manifest`).
+    Scan(ScanArgs),
+    /// Work with reports.
+    #[command(subcommand)]
+    Report(ReportCommand),
     /// Benchmarks that print a table.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -143,6 +149,53 @@ pub struct BenchListenArgs {
     pub rate: f64,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Merge the reports of a sharded run: sums totals and stage statistics (from the stages'
+    /// histograms), lists failed files, and names shards that are missing or did not finish.
+    /// Exit 0 only when all N shards are present, finished, and nothing failed; 1 otherwise.
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Shard reports (`shard-I-of-N.json`), or folders holding them (such as
+    /// OUT/.dicomflow/reports).
+    #[arg(required = true)]
+    pub reports: Vec<PathBuf>,
+    /// Write the merged report here (JSON; docs/merged-report-schema.json).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// The number of shards expected (default: what the reports say).
+    #[arg(long)]
+    pub shards: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Files and folders to list (folders recursively, in name order, as `run` walks them).
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// The manifest to write (tab-separated text, written atomically).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Also list each file's Study, Series and SOP Instance UIDs (reads the start of every
+    /// header, on all cores), so `run --manifest --shard-by series` needs no header reads.
+    #[arg(long)]
+    pub with_series: bool,
+    /// Print the byte-balanced plan of N shards (files and bytes per shard).
+    #[arg(long, value_name = "N")]
+    pub plan: Option<u32>,
+    /// With --plan: what stays together, path (each file) or series.
+    #[arg(
+        long,
+        value_name = "path|series",
+        requires = "plan",
+        default_value = "path"
+    )]
+    pub shard_by: String,
+}
+
 #[derive(Debug, Args)]
 pub struct EncodeArgs {
     /// Square slice sizes.
@@ -172,8 +225,26 @@ pub struct TransferArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Files and folders to process.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "manifest")]
     pub inputs: Vec<PathBuf>,
+    /// Read the files from a manifest written by `dicomflow scan` instead of walking inputs;
+    /// with --shard the shards are balanced by bytes.
+    #[arg(long, conflicts_with = "inputs")]
+    pub manifest: Option<PathBuf>,
+    /// Render only one shard of the inputs: I/N (0-based), slurm (SLURM_ARRAY_TASK_ID of
+    /// SLURM_ARRAY_TASK_COUNT) or k8s (JOB_COMPLETION_INDEX of --shard-count). Its report goes
+    /// to OUT/.dicomflow/reports/shard-I-of-N.json unless --report says otherwise.
+    #[arg(long, value_name = "I/N|slurm|k8s")]
+    pub shard: Option<String>,
+    /// The number of shards where the scheduler does not give it: k8s, or some indices of a
+    /// Slurm array resubmitted (--array=2,5) [env: DICOMFLOW_SHARD_COUNT].
+    #[arg(long, value_name = "N", requires = "shard")]
+    pub shard_count: Option<u32>,
+    /// What decides a file's shard: path (its path relative to its input; default) or series
+    /// (its SeriesInstanceUID: a series stays whole; every file's header is read unless the
+    /// manifest has UIDs).
+    #[arg(long, value_name = "path|series", requires = "shard")]
+    pub shard_by: Option<String>,
     #[command(flatten)]
     pub job: JobArgs,
 }

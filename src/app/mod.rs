@@ -11,7 +11,7 @@ pub mod signals;
 
 use dicomflow::error::FatalError;
 
-use cli::{BenchCommand, Cli, Command};
+use cli::{BenchCommand, Cli, Command, ReportCommand};
 
 /// Runs the command `cli` names; the exit code, or the fatal error (exit 2).
 pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError> {
@@ -22,6 +22,10 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError
         Command::Watch(args) => commands::watch::execute(&args, cli.quiet, started),
         Command::Synth(args) => commands::synth::execute(&args, cli.quiet),
         Command::Inspect(args) => commands::inspect::execute(&args),
+        Command::Scan(args) => commands::scan::execute(&args, cli.quiet),
+        Command::Report(ReportCommand::Merge(args)) => {
+            commands::report_merge::execute(&args, cli.quiet)
+        }
         Command::Bench(BenchCommand::Transfer(args)) => commands::bench_transfer::execute(&args),
         Command::Bench(BenchCommand::Encode(args)) => commands::bench_encode::execute(&args),
         Command::Bench(BenchCommand::Listen(args)) => commands::bench_listen::execute(&args),

@@ -8,6 +8,7 @@ use dicomflow::backend::BackendInfo;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
 use dicomflow::pipeline::{FileStatus, RunResult};
 use dicomflow::source::live::LiveSnapshot;
+use dicomflow::source::select::ShardPlanInfo;
 
 /// Version of the report's layout (docs/report-schema.json). Fields may be added without a
 /// change of version; removing or changing one changes it.
@@ -73,6 +74,20 @@ pub struct ProcessTimes {
     pub report_s: f64,
 }
 
+/// A sharded run's part of the report: how its files were chosen (what `report merge` checks
+/// every shard agrees on), where and when it ran (what the merge's wall time comes from).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShardSection {
+    #[serde(flatten)]
+    pub plan: ShardPlanInfo,
+    /// The machine that ran it.
+    pub host: String,
+    /// When the process started and when this report was written, seconds since the Unix
+    /// epoch.
+    pub started_unix_s: f64,
+    pub finished_unix_s: f64,
+}
+
 /// The report document.
 #[derive(serde::Serialize)]
 pub struct Report<'a> {
@@ -86,34 +101,12 @@ pub struct Report<'a> {
     /// Per-stage statistics, gauges at the end, counters.
     pub statistics: &'a Snapshot,
     pub process: ProcessTimes,
+    /// With --shard: which shard, of which plan (null otherwise).
+    pub shard: Option<&'a ShardSection>,
     /// Arrivals of a run without an end (`listen`, `watch`): associations, senders,
     /// arrival → output latency.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live: Option<&'a LiveSnapshot>,
-}
-
-/// At the end of a run: writes the trace when one was recorded, then the report when one was
-/// asked for (`process.report_s` is set here), naming the path in errors.
-pub fn write_trace_and_report(
-    settings: &Settings,
-    tracer: Option<&dicomflow::observe::trace::Tracer>,
-    result: &RunResult,
-    stats: &Snapshot,
-    live: Option<&LiveSnapshot>,
-    mut process: ProcessTimes,
-    started: std::time::Instant,
-) -> Result<(), dicomflow::error::FatalError> {
-    use dicomflow::error::FatalError;
-    if let (Some(path), Some(t)) = (&settings.trace, tracer) {
-        t.write(path)
-            .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
-    }
-    if let Some(path) = &settings.report {
-        process.report_s = started.elapsed().as_secs_f64();
-        write_report(path, settings, result, stats, live, process)
-            .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
-    }
-    Ok(())
 }
 
 /// Writes the JSON report atomically.
@@ -122,8 +115,9 @@ pub fn write_report(
     settings: &Settings,
     result: &RunResult,
     stats: &Snapshot,
-    live: Option<&LiveSnapshot>,
     process: ProcessTimes,
+    shard: Option<&ShardSection>,
+    live: Option<&LiveSnapshot>,
 ) -> std::io::Result<()> {
     let report = Report {
         report_version: REPORT_VERSION,
@@ -138,6 +132,7 @@ pub fn write_report(
         result,
         statistics: stats,
         process,
+        shard,
         live,
     };
     let bytes = serde_json::to_vec_pretty(&report)?;

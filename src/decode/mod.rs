@@ -7,6 +7,7 @@
 
 pub mod fragments;
 mod guard;
+pub mod identity;
 pub mod info;
 pub mod jpeg;
 pub mod jpegls;

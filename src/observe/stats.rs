@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::hdr;
+
 /// The stages of a slice's life, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -126,7 +128,9 @@ pub struct ThreadLayout {
     pub shared: bool,
 }
 
-fn new_histogram() -> Histogram<u64> {
+/// An empty histogram of stage times: microseconds, the range and precision every recorder
+/// uses (and merged reports too).
+pub fn new_histogram() -> Histogram<u64> {
     // Microseconds from 1 µs to one hour, 2 significant digits: a few KiB per histogram.
     Histogram::new_with_bounds(1, 3_600_000_000, 2).unwrap_or_else(|_| {
         Histogram::new(2).unwrap_or_else(|_| unreachable!("2 significant digits is valid"))
@@ -372,18 +376,29 @@ impl Stats {
 
     /// Merges everything into a consistent-enough view for display and reports.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_of(false)
+    }
+
+    /// [`snapshot`](Self::snapshot) with each stage's histogram encoded in it
+    /// ([`StageSnapshot::histogram`]), for the report: what `report merge` adds up.
+    pub fn snapshot_with_histograms(&self) -> Snapshot {
+        self.snapshot_of(true)
+    }
+
+    fn snapshot_of(&self, histograms: bool) -> Snapshot {
         let elapsed = self.elapsed();
         let stages: Vec<StageSnapshot> = StageId::ALL
             .iter()
             .map(|&id| {
                 let slot = &self.stages[id.index()];
-                StageSnapshot::from_slot(id.name().to_string(), slot, elapsed)
+                StageSnapshot::from_slot(id.name().to_string(), slot, elapsed, histograms)
             })
             .collect();
         let layout = self.layout();
         let pools = PoolSnapshot::from_stages(&stages, elapsed, layout);
         let overlap = overlap(&pools, elapsed);
-        let latency = StageSnapshot::from_slot("latency".into(), &self.latency, elapsed);
+        let latency =
+            StageSnapshot::from_slot("latency".into(), &self.latency, elapsed, histograms);
         let gauges = self.gauges();
         let (error_count, recent_errors) = self
             .errors
@@ -438,10 +453,13 @@ pub struct StageSnapshot {
     pub p99_ms: f64,
     pub max_ms: f64,
     pub mean_ms: f64,
+    /// The times themselves (µs), in the report only: what merging reports adds up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<hdr::EncodedHistogram>,
 }
 
 impl StageSnapshot {
-    fn from_slot(name: String, slot: &StageSlot, elapsed: Duration) -> Self {
+    fn from_slot(name: String, slot: &StageSlot, elapsed: Duration, encode: bool) -> Self {
         let mut merged = new_histogram();
         if let Ok(recs) = slot.recorders.lock() {
             for r in recs.iter() {
@@ -453,6 +471,23 @@ impl StageSnapshot {
         let count = slot.counters.count.load(Ordering::Relaxed);
         let workers = slot.counters.workers.load(Ordering::Relaxed);
         let busy_s = slot.counters.busy_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let mut s = StageSnapshot::from_histogram(name, &merged, count, workers, busy_s, elapsed);
+        if encode {
+            s.histogram = Some(hdr::encode(&merged));
+        }
+        s
+    }
+
+    /// A stage's figures from its merged histogram (µs) and counters; `elapsed` is the time
+    /// the `workers` threads had.
+    pub fn from_histogram(
+        name: String,
+        merged: &Histogram<u64>,
+        count: u64,
+        workers: u64,
+        busy_s: f64,
+        elapsed: Duration,
+    ) -> Self {
         let secs = elapsed.as_secs_f64().max(1e-9);
         let ms = |us: u64| us as f64 / 1000.0;
         let empty = merged.is_empty();
@@ -480,6 +515,7 @@ impl StageSnapshot {
             },
             max_ms: if empty { 0.0 } else { ms(merged.max()) },
             mean_ms: if empty { 0.0 } else { merged.mean() / 1000.0 },
+            histogram: None,
         }
     }
 }

@@ -230,8 +230,8 @@ fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error>
     s.serialize_f64(d.as_secs_f64())
 }
 
-/// Counts over all files.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+/// Counts over all files. Read back from reports too, to merge the shards of a job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
     pub files: usize,
     pub files_ok: usize,
@@ -243,6 +243,22 @@ pub struct Totals {
     pub frames_existing: usize,
     pub frames_failed: usize,
     pub output_bytes: u64,
+}
+
+impl Totals {
+    /// Adds the counts of another run over other files (another shard of the same job).
+    pub fn add(&mut self, o: &Totals) {
+        self.files += o.files;
+        self.files_ok += o.files_ok;
+        self.files_failed += o.files_failed;
+        self.files_partial += o.files_partial;
+        self.files_skipped += o.files_skipped;
+        self.files_cancelled += o.files_cancelled;
+        self.frames_written += o.frames_written;
+        self.frames_existing += o.frames_existing;
+        self.frames_failed += o.frames_failed;
+        self.output_bytes += o.output_bytes;
+    }
 }
 
 /// The exit status of a run stopped before every input was done.

@@ -23,11 +23,12 @@ use crate::error::FatalError;
 use crate::observe::stats::{Stats, ThreadLayout};
 use crate::observe::trace::Tracer;
 use crate::source::live::{Done, FeedReceiver};
+use crate::source::Sources;
 use options::{Job, Layout, PipelineOptions};
 
 use crate::memory::SlotPool;
 pub use events::{Collector, Event, FileRecord, FileStatus, RunResult};
-pub use prepare::{first_file_slot_hint, select_backend};
+pub use prepare::{first_file_slot_hint, select_backend, select_backend_for};
 
 /// Thread counts and ring depth actually used.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -168,13 +169,19 @@ fn spawn_named<'scope, 'env>(
 
 /// Where a run's inputs come from.
 enum Inputs<'a> {
-    /// Files and folders, walked once.
-    Paths(&'a [PathBuf]),
+    /// Files and folders walked once (all, a shard, or a manifest's shard).
+    Sources(&'a Sources),
     /// Inputs that arrive while the run goes on; each one's outcome goes to `done`.
     Live {
         feed: &'a FeedReceiver,
         done: crossbeam_channel::Sender<Done>,
     },
+}
+
+/// What the scan stage reads.
+enum Scan<'a> {
+    Walk(&'a Sources),
+    Feed(&'a FeedReceiver),
 }
 
 /// Processes inputs as they arrive from `feed` until it ends (its sources stopped and every
@@ -203,7 +210,28 @@ pub fn run(
     cancel: Arc<AtomicBool>,
     tracer: Option<Arc<Tracer>>,
 ) -> Result<RunResult, FatalError> {
-    run_inputs(job, Inputs::Paths(inputs), backend, stats, cancel, tracer)
+    let sources = Sources::walk(inputs);
+    run_sources(job, &sources, backend, stats, cancel, tracer)
+}
+
+/// [`run`] over `sources`: every file under some inputs, one shard of them, or one shard of a
+/// manifest.
+pub fn run_sources(
+    job: &Job,
+    sources: &Sources,
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
+    run_inputs(
+        job,
+        Inputs::Sources(sources),
+        backend,
+        stats,
+        cancel,
+        tracer,
+    )
 }
 
 fn run_inputs(
@@ -319,11 +347,12 @@ fn run_inputs(
     };
 
     let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone());
-    let (inputs, feed) = match inputs {
-        Inputs::Paths(paths) => (paths, None),
+    // What the scan stage reads; a live run's outcomes go to `done` from the collector.
+    let scan = match inputs {
+        Inputs::Sources(sources) => Scan::Walk(sources),
         Inputs::Live { feed, done } => {
             collector = collector.live(done);
-            (&[][..], Some(feed))
+            Scan::Feed(feed)
         }
     };
     std::thread::scope(|s| -> Result<(), FatalError> {
@@ -331,9 +360,13 @@ fn run_inputs(
         let ctx = &ctx;
         spawn_named(s, "scan".into(), {
             let ev = event_tx.clone();
-            match feed {
-                Some(feed) => Box::new(move || stages::live_scan_stage(ctx, feed, scan_tx, ev)),
-                None => Box::new(move || stages::scan_stage(ctx, inputs, scan_tx, ev)),
+            match scan {
+                Scan::Walk(sources) => {
+                    Box::new(move || stages::scan_stage(ctx, sources, scan_tx, ev))
+                }
+                Scan::Feed(feed) => {
+                    Box::new(move || stages::live_scan_stage(ctx, feed, scan_tx, ev))
+                }
             }
         })?;
         for i in 0..sizing.loaders {

@@ -13,6 +13,7 @@ use crate::backend::options::{BackendChoice, BackendOptions};
 use crate::backend::Backend;
 use crate::error::FatalError;
 use crate::memory::{round_up, SlotHint};
+use crate::source::Sources;
 
 use super::options::{Job, PipelineOptions};
 use super::Sizing;
@@ -25,6 +26,17 @@ pub fn select_backend(
     job: &Job,
     inputs: &[PathBuf],
 ) -> Result<Arc<dyn Backend>, FatalError> {
+    select_backend_for(options, job, &Sources::walk(inputs))
+}
+
+/// [`select_backend`] for a run over `sources` (a shard reads only its own part of the inputs,
+/// and `auto` weighs only that).
+pub fn select_backend_for(
+    options: &BackendOptions,
+    job: &Job,
+    sources: &Sources,
+) -> Result<Arc<dyn Backend>, FatalError> {
+    let inputs = &sources.roots()[..];
     let png_filter = crate::output::encode::png_filter_mode(&job.output.encode());
     match options.choice {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
@@ -42,7 +54,7 @@ pub fn select_backend(
             })
         }
         BackendChoice::Auto => match crate::backend::cuda::driver::libraries() {
-            Ok(()) => match too_small_for_the_gpu(options, &job.output.dir, inputs) {
+            Ok(()) => match too_small_for_the_gpu(options, &job.output.dir, sources) {
                 Some(why) => {
                     tracing::info!("{why}; using the CPU backend");
                     Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
@@ -66,16 +78,16 @@ pub fn select_backend(
 fn too_small_for_the_gpu(
     options: &BackendOptions,
     output_dir: &Path,
-    inputs: &[PathBuf],
+    sources: &Sources,
 ) -> Option<String> {
     let threshold = options
         .gpu
         .auto_min_input_bytes
         .unwrap_or(crate::host::available_cores() as u64 * (256 << 20));
-    if inputs.is_empty() || threshold == 0 {
+    if sources.roots().is_empty() || threshold == 0 {
         return None;
     }
-    let total = crate::source::input_bytes(inputs, Some(output_dir), threshold);
+    let total = sources.input_bytes(Some(output_dir), threshold);
     (total < threshold).then(|| {
         format!(
             "{} MiB of input is below gpu.auto_min_input_mib ({} MiB): opening the GPU would \
@@ -131,7 +143,7 @@ mod tests {
     fn auto_keeps_small_jobs_on_the_cpu() {
         let dir = crate::scratch_dir("auto-size");
         std::fs::write(dir.join("slice.dcm"), vec![0u8; 4096]).unwrap();
-        let inputs = [dir.clone()];
+        let inputs = Sources::walk(std::slice::from_ref(&dir));
         let out = dir.join("out");
         let with = |bytes: Option<u64>| BackendOptions {
             gpu: GpuOptions {
@@ -147,7 +159,7 @@ mod tests {
         assert!(too_small_for_the_gpu(&with(Some(4097)), &out, &inputs).is_some());
         // 0 = always the GPU; unknown inputs (library callers) = no opinion.
         assert!(too_small_for_the_gpu(&with(Some(0)), &out, &inputs).is_none());
-        assert!(too_small_for_the_gpu(&with(None), &out, &[]).is_none());
+        assert!(too_small_for_the_gpu(&with(None), &out, &Sources::walk(&[])).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

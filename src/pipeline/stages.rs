@@ -22,7 +22,7 @@ use crate::pipeline::events::{Event, FileMeta};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
 use crate::source::live::FeedReceiver;
-use crate::source::{self, Candidate, ScanItem};
+use crate::source::{self, Candidate, ScanItem, Sources};
 
 /// One frame in flight: its slot, its plan, and where it goes.
 pub(crate) struct InFlight {
@@ -57,14 +57,14 @@ fn send_failure(ctx: &Context, events: &Sender<Event>, event: Event) -> bool {
 
 pub(crate) fn scan_stage(
     ctx: &Context,
-    inputs: &[PathBuf],
+    sources: &Sources,
     tx: Sender<ScanItem>,
     events: Sender<Event>,
 ) {
     let rec = ctx.stats.recorder(StageId::Scan);
     let mut last = Instant::now();
     let exclude = Some(ctx.job.output.dir.as_path());
-    source::scan(inputs, exclude, &ctx.cancel, |item| {
+    sources.scan(exclude, &ctx.cancel, |item| {
         let now = Instant::now();
         rec.record(now - last);
         if let Some(t) = &ctx.tracer {

@@ -4,9 +4,14 @@
 
 pub mod listen;
 pub mod live;
+pub mod manifest;
+pub mod select;
 pub mod series;
+pub mod shard;
 pub mod synth;
 pub mod watch;
+
+pub use select::Sources;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,14 +77,14 @@ pub fn input_bytes(inputs: &[PathBuf], exclude: Option<&Path>, limit: u64) -> u6
 
 /// What the walk finds: a file (with its path relative to the input it was found under), or a
 /// path that could not be read.
-enum Found {
+pub(crate) enum Found {
     File { path: PathBuf, rel: PathBuf },
     Error { path: PathBuf, reason: String },
 }
 
 /// The walk behind [`scan`] and [`input_bytes`]: folders recursively in name order, real
 /// directories only (no symlink loops), `visit` returning false to stop.
-fn walk(
+pub(crate) fn walk(
     inputs: &[PathBuf],
     exclude: Option<&Path>,
     cancel: &AtomicBool,
@@ -169,7 +174,7 @@ fn walk(
 }
 
 /// Probes one file.
-fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
+pub(crate) fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
     let item = classify_as(*next_id, path, rel);
     if matches!(item, ScanItem::Dicom(_)) {
         *next_id += 1;

@@ -89,15 +89,16 @@ pub fn run(
     process.pipeline_done_s = started.elapsed().as_secs_f64();
     let snapshot = stats.snapshot();
     let live_snapshot = live.snapshot();
-    report::write_trace_and_report(
-        settings,
-        tracer.as_deref(),
-        &result,
-        &snapshot,
-        Some(&live_snapshot),
-        process,
-        started,
-    )?;
+    if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
+        t.write(path)
+            .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
+    }
+    if let Some(path) = &settings.report {
+        process.report_s = started.elapsed().as_secs_f64();
+        let live = Some(&live_snapshot);
+        report::write_report(path, settings, &result, &snapshot, process, None, live)
+            .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
+    }
     if !quiet {
         eprint!("{}", report::live_summary(&live_snapshot));
         eprint!("{}", report::summary(&result, &snapshot));

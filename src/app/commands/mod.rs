@@ -7,6 +7,8 @@ pub mod bench_transfer;
 pub mod inspect;
 pub mod listen;
 mod live;
+pub mod report_merge;
 pub mod run;
+pub mod scan;
 pub mod synth;
 pub mod watch;

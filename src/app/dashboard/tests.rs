@@ -30,6 +30,7 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         p99_ms: p50 * 3.0,
         max_ms: p50 * 5.0,
         mean_ms: p50 * 1.1,
+        histogram: None,
     };
     let stages = vec![
         stage(StageId::Scan, 200, 1, 0.01, 0.01),
