@@ -115,6 +115,7 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
             "scan",
             "read+decode",
             "transfer in",
+            "gpu decode",
             "compute",
             "transfer out",
             "encode",

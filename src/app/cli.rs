@@ -56,6 +56,9 @@ pub enum BenchCommand {
     /// Send DICOM files to a Storage SCP (`dicomflow listen`, storescp, a PACS) over N
     /// associations, optionally paced: instances/s and store round trips.
     Listen(BenchListenArgs),
+    /// Compressed frames decoded by the CPU decoders and by the GPU codecs (nvJPEG2000,
+    /// nvJPEG): stored values and 8-bit renderings compared, time of each.
+    Decode(DecodeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -147,6 +150,28 @@ pub struct BenchListenArgs {
     /// Instances per second (all associations together); 0 = as fast as acknowledged.
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct DecodeArgs {
+    /// Compressed DICOM files or folders.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Timed repetitions per frame (the best is kept).
+    #[arg(long, default_value_t = 5)]
+    pub iters: usize,
+    /// Frames per file at most.
+    #[arg(long, default_value_t = 4)]
+    pub max_frames: u32,
+    /// Folder searched first for the codec libraries (gpu.library_path).
+    #[arg(long)]
+    pub library_path: Option<PathBuf>,
+    /// GPU index.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Row pitch alignment (bytes) of lossless JPEG output; 0 = the production default.
+    #[arg(long, default_value_t = 0)]
+    pub lossless_pitch_align: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -297,6 +322,9 @@ pub struct JobArgs {
     /// Skip inputs whose outputs exist (resume a killed run).
     #[arg(long)]
     pub skip_existing: bool,
+    /// When outputs reach the disk: run (at the end), file (each before its name), none.
+    #[arg(long)]
+    pub sync: Option<String>,
     /// Stop at the first failure.
     #[arg(long)]
     pub fail_fast: bool,
@@ -332,6 +360,12 @@ pub struct JobArgs {
     /// CUDA streams per device.
     #[arg(long)]
     pub streams: Option<i64>,
+    /// Compressed frames decoded on the GPU: lossless, all, none.
+    #[arg(long)]
+    pub gpu_decode: Option<String>,
+    /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU.
+    #[arg(long)]
+    pub decode_streams: Option<i64>,
     /// Show the live dashboard even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_tui")]
     pub tui: bool,
@@ -353,6 +387,7 @@ impl JobArgs {
         r.output.jpeg_quality = self.jpeg_quality;
         r.output.naming = self.naming.clone();
         r.output.skip_existing = self.skip_existing.then_some(true);
+        r.output.sync = self.sync.clone();
         r.run.fail_fast = self.fail_fast.then_some(true);
         r.run.report = self.report.clone();
         r.run.trace = self.trace.clone();
@@ -366,6 +401,8 @@ impl JobArgs {
         r.gpu.transfer = self.transfer.clone();
         r.gpu.gpus = self.gpus.clone().map(RawGpus::Word);
         r.gpu.streams = self.streams;
+        r.gpu.decode = self.gpu_decode.clone();
+        r.gpu.decode_streams = self.decode_streams;
         r.dashboard.tui = if self.tui {
             Some("on".into())
         } else if self.no_tui {
@@ -426,4 +463,10 @@ pub struct InspectArgs {
     /// VOI function override to explain.
     #[arg(long)]
     pub voi_function: Option<String>,
+    /// GPU decode policy to explain (lossless, all, none).
+    #[arg(long, default_value = "lossless")]
+    pub gpu_decode: String,
+    /// Folder searched first for the codec libraries (gpu.library_path).
+    #[arg(long)]
+    pub library_path: Option<PathBuf>,
 }

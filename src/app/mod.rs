@@ -6,6 +6,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod dashboard;
+pub mod print;
 pub mod report;
 pub mod signals;
 
@@ -29,6 +30,7 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError
         Command::Bench(BenchCommand::Transfer(args)) => commands::bench_transfer::execute(&args),
         Command::Bench(BenchCommand::Encode(args)) => commands::bench_encode::execute(&args),
         Command::Bench(BenchCommand::Listen(args)) => commands::bench_listen::execute(&args),
+        Command::Bench(BenchCommand::Decode(args)) => commands::bench_decode::execute(&args),
     }
 }
 
@@ -50,5 +52,8 @@ fn init_logging(verbose: u8, quiet: bool) {
         .with_writer(dashboard::LogSink)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
+        // Its own report of a failed write is an `eprintln!`, which panics when stderr is a
+        // closed pipe: the sink below already makes such writes succeed quietly.
+        .log_internal_errors(false)
         .try_init();
 }

@@ -1,11 +1,13 @@
 //! End-of-run outputs: the summary table on stderr and the JSON report (`--report`).
 
-use std::fmt::Write;
-use std::path::Path;
+use std::fmt::Write as _;
+use std::io::Write as _;
 
 use crate::app::config::Settings;
 use dicomflow::backend::BackendInfo;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
+use dicomflow::output::atomic::PendingFile;
+use dicomflow::paths::Escaped;
 use dicomflow::pipeline::{FileStatus, RunResult};
 use dicomflow::source::live::LiveSnapshot;
 use dicomflow::source::select::ShardPlanInfo;
@@ -49,6 +51,35 @@ impl Versions {
             },
         }
     }
+}
+
+/// What the summary says about GPU decoding: for a run with frames of a transfer syntax a GPU
+/// codec exists for, where each family decoded (the CUDA backend's lines: library, version, or
+/// why it is off) and how many frames the GPU decoded; for the CPU backend, that it is off and
+/// why. Nothing for runs without such frames.
+fn gpu_decode_lines(result: &RunResult, stats: &Snapshot) -> Vec<String> {
+    let compressed = result.files.iter().any(|f| {
+        f.meta.as_ref().is_some_and(|m| {
+            dicomflow::decode::compressed::GpuCodec::of(&m.transfer_syntax).is_some()
+        })
+    });
+    if !compressed {
+        return Vec::new();
+    }
+    if result.backend.decode.is_empty() {
+        return vec![format!(
+            "off: the {} backend decodes every frame ({})",
+            result.backend.name, result.backend.reason
+        )];
+    }
+    let mut lines = result.backend.decode.clone();
+    if let Some(g) = &stats.gpu {
+        lines.push(format!(
+            "{} frame(s) decoded on the GPU, {} handed to the CPU decoder",
+            g.frames_gpu_decoded, g.frames_decode_fallback
+        ));
+    }
+    lines
 }
 
 /// The backend as the report shows it: what it said about itself, the line the dashboard
@@ -109,9 +140,10 @@ pub struct Report<'a> {
     pub live: Option<&'a LiveSnapshot>,
 }
 
-/// Writes the JSON report atomically.
+/// Writes the JSON report into `file` (created when the run started) and makes it appear,
+/// complete, at its path.
 pub fn write_report(
-    path: &Path,
+    file: PendingFile,
     settings: &Settings,
     result: &RunResult,
     stats: &Snapshot,
@@ -135,8 +167,10 @@ pub fn write_report(
         shard,
         live,
     };
-    let bytes = serde_json::to_vec_pretty(&report)?;
-    dicomflow::output::atomic::write_atomic(path, &bytes)
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut out, &report)?;
+    out.write_all(b"\n")?;
+    out.into_inner().map_err(|e| e.into_error())?.persist()
 }
 
 fn mb(bytes: u64) -> String {
@@ -232,6 +266,9 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         mb(result.slot_memory_bytes),
         result.slot_memory_kind
     );
+    for line in gpu_decode_lines(result, stats) {
+        let _ = writeln!(s, "  gpu decode: {line}");
+    }
     let _ = writeln!(
         s,
         "  {:<13} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
@@ -291,12 +328,12 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         .filter(|f| f.status == FileStatus::Skipped)
         .collect();
     if !skipped.is_empty() {
-        let _ = writeln!(s, "  skipped (not images):");
+        let _ = writeln!(s, "  skipped (not rendered, not failures):");
         for f in skipped.iter().take(20) {
             let _ = writeln!(
                 s,
                 "    {}: {}",
-                f.path.display(),
+                Escaped(&f.path),
                 f.skip_reason.as_deref().unwrap_or("")
             );
         }
@@ -325,7 +362,7 @@ pub fn failures(result: &RunResult) -> String {
             let _ = writeln!(
                 s,
                 "    {}{}: {}: {}",
-                f.path.display(),
+                Escaped(&f.path),
                 frame,
                 x.stage,
                 x.reason

@@ -27,8 +27,11 @@ pub struct FileUids {
 /// checked first, as for a full open ([`guard::check_structure`]); a panic in the parser is
 /// an error, not a crash.
 pub fn read_uids(path: &Path, kind: &Probe) -> Result<FileUids, DecodeError> {
+    // The UIDs come before the pixel data: the guard need not bound it more than a full open
+    // would, and it stops the walk before Pixel Data's value anyway.
+    let max_pixel_bytes = super::DecodeLimits::default().max_frame_bytes;
     let fail = |what: &str, e: String| DecodeError::Fail(format!("{what}: {e}"));
-    guard::check_structure(path, kind).map_err(DecodeError::Fail)?;
+    guard::check_structure(path, kind, max_pixel_bytes).map_err(DecodeError::Fail)?;
     let read = || -> Result<FileUids, DecodeError> {
         let of = |obj: &InMemDicomObject| FileUids {
             study: opt_str(obj, tags::STUDY_INSTANCE_UID),

@@ -5,6 +5,7 @@
 //! opening the whole object and then decoding would cost). Deflated and encapsulated data go
 //! through dicom-rs's codecs (one decode into a reusable buffer, one copy into the slot).
 
+pub mod compressed;
 pub mod fragments;
 mod guard;
 pub mod identity;
@@ -66,11 +67,11 @@ fn is_deflate(ts: &str) -> bool {
 /// Checks a file that has just arrived (received over the network, or found complete in a
 /// watched folder) without parsing it: its first bytes say DICOM and its structure is sound
 /// (every length fits in the file, nesting is bounded), the checks [`ImageFile::open`] runs
-/// first. A file cut short fails here.
-pub fn check_received(path: &Path) -> Result<(), String> {
+/// first, with the same limits. A file cut short fails here.
+pub fn check_received(path: &Path, limits: DecodeLimits) -> Result<(), String> {
     match probe(path) {
         Ok(Probe::NotDicom(reason)) => Err(reason),
-        Ok(kind) => guard::check_structure(path, &kind),
+        Ok(kind) => guard::check_structure(path, &kind, limits.max_frame_bytes),
         Err(e) => Err(format!("cannot read: {e}")),
     }
 }
@@ -80,8 +81,8 @@ pub fn check_received(path: &Path) -> Result<(), String> {
 /// Data element. A file cut anywhere fails: inside an element (a length past the end), at an
 /// element boundary before its pixels (no Pixel Data), or inside encapsulated fragments (the
 /// parse ends early).
-pub fn check_complete(path: &Path) -> Result<(), String> {
-    check_received(path)?;
+pub fn check_complete(path: &Path, limits: DecodeLimits) -> Result<(), String> {
+    check_received(path, limits)?;
     if matches!(probe(path), Ok(Probe::FileMeta)) {
         let obj = OpenFileOptions::new()
             .open_file(path)
@@ -116,65 +117,109 @@ pub struct ImageFile {
 }
 
 /// Limits applied before any large allocation.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeLimits {
-    /// Largest frame accepted (bytes of stored values).
+    /// Largest frame accepted (bytes of stored values); also the most Pixel Data a deflated
+    /// data set may inflate to (it is inflated whole).
     pub max_frame_bytes: u64,
+}
+
+/// The largest frame accepted unless configured otherwise (`pipeline.max_frame_mib`): 1 GiB.
+pub const DEFAULT_MAX_FRAME_BYTES: u64 = 1024 << 20;
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        DecodeLimits {
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+        }
+    }
+}
+
+/// The header of an image file (up to its Pixel Data), its transfer syntax, and whether it
+/// is a bare data set.
+struct Header {
+    object: HeaderObject,
+    ts: String,
+    bare: bool,
+}
+
+/// Reads the header of a file found by [`probe`] to be DICOM, after the structure checks;
+/// `Skip` when it is no image (a DICOMDIR, no Rows/Columns).
+fn read_header(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<Header, DecodeError> {
+    // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
+    // the stack (an abort, not a catchable panic): refuse them before it parses.
+    guard::check_structure(path, &kind, limits.max_frame_bytes).map_err(fail)?;
+    let (header, ts, bare) = match kind {
+        Probe::FileMeta => {
+            let obj = OpenFileOptions::new()
+                .read_until(tags::PIXEL_DATA)
+                .open_file(path)
+                .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
+            // The meta table's getters already trim UIDs (trailing NULs and whitespace).
+            let sop = obj.meta().media_storage_sop_class_uid();
+            if sop == uids::MEDIA_STORAGE_DIRECTORY_STORAGE {
+                return Err(DecodeError::Skip(
+                    "DICOMDIR (media storage directory), not an image".into(),
+                ));
+            }
+            let ts = obj.meta().transfer_syntax().to_string();
+            (HeaderObject::File(Box::new(obj)), ts, false)
+        }
+        Probe::BareDataset { transfer_syntax } => {
+            let mut collector = DicomCollectorOptions::new()
+                .read_preamble(dicom_object::file::ReadPreamble::Never)
+                .expected_ts(transfer_syntax)
+                .open_file(path)
+                .map_err(|e| fail(format!("cannot open: {}", error_chain(&e))))?;
+            let mut obj = InMemDicomObject::new_empty();
+            collector
+                .read_dataset_up_to_pixeldata(&mut obj)
+                .map_err(|e| fail(format!("cannot parse DICOM data set: {}", error_chain(&e))))?;
+            (HeaderObject::Bare(obj), transfer_syntax.to_string(), true)
+        }
+        Probe::NotDicom(reason) => return Err(DecodeError::Skip(reason)),
+    };
+    let dataset = header.dataset();
+    if dataset.get(tags::DIRECTORY_RECORD_SEQUENCE).is_some() {
+        return Err(DecodeError::Skip(
+            "DICOMDIR (media storage directory), not an image".into(),
+        ));
+    }
+    let has_pixel_tags = dataset.get(tags::ROWS).is_some() || dataset.get(tags::COLUMNS).is_some();
+    if !has_pixel_tags {
+        let sop = info::opt_str(dataset, tags::SOP_CLASS_UID).unwrap_or_default();
+        return Err(DecodeError::Skip(format!(
+            "no image (no Rows/Columns/Pixel Data; SOP class {})",
+            if sop.is_empty() { "unknown" } else { &sop }
+        )));
+    }
+    Ok(Header {
+        object: header,
+        ts,
+        bare,
+    })
+}
+
+/// The values an output naming pattern may use (`output::naming::PATTERN_KEYS`, less those
+/// that come from the path), read from the header alone; `Skip` when the file is no image.
+pub fn naming_values(
+    path: &Path,
+    kind: Probe,
+    limits: DecodeLimits,
+) -> Result<std::collections::BTreeMap<String, String>, DecodeError> {
+    let header = read_header(path, kind, limits)?;
+    Ok(info::naming_values(header.object.dataset()))
 }
 
 impl ImageFile {
     /// Opens a file found by [`probe`] to be DICOM, reading its header (not its pixels).
     pub fn open(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<ImageFile, DecodeError> {
-        // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
-        // the stack (an abort, not a catchable panic): refuse them before it parses.
-        guard::check_structure(path, &kind).map_err(fail)?;
-        let (header, ts, bare) = match kind {
-            Probe::FileMeta => {
-                let obj = OpenFileOptions::new()
-                    .read_until(tags::PIXEL_DATA)
-                    .open_file(path)
-                    .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
-                // The meta table's getters already trim UIDs (trailing NULs and whitespace).
-                let sop = obj.meta().media_storage_sop_class_uid();
-                if sop == uids::MEDIA_STORAGE_DIRECTORY_STORAGE {
-                    return Err(DecodeError::Skip(
-                        "DICOMDIR (media storage directory), not an image".into(),
-                    ));
-                }
-                let ts = obj.meta().transfer_syntax().to_string();
-                (HeaderObject::File(Box::new(obj)), ts, false)
-            }
-            Probe::BareDataset { transfer_syntax } => {
-                let mut collector = DicomCollectorOptions::new()
-                    .read_preamble(dicom_object::file::ReadPreamble::Never)
-                    .expected_ts(transfer_syntax)
-                    .open_file(path)
-                    .map_err(|e| fail(format!("cannot open: {}", error_chain(&e))))?;
-                let mut obj = InMemDicomObject::new_empty();
-                collector
-                    .read_dataset_up_to_pixeldata(&mut obj)
-                    .map_err(|e| {
-                        fail(format!("cannot parse DICOM data set: {}", error_chain(&e)))
-                    })?;
-                (HeaderObject::Bare(obj), transfer_syntax.to_string(), true)
-            }
-            Probe::NotDicom(reason) => return Err(DecodeError::Skip(reason)),
-        };
+        let Header {
+            object: header,
+            ts,
+            bare,
+        } = read_header(path, kind, limits)?;
         let dataset = header.dataset();
-        if dataset.get(tags::DIRECTORY_RECORD_SEQUENCE).is_some() {
-            return Err(DecodeError::Skip(
-                "DICOMDIR (media storage directory), not an image".into(),
-            ));
-        }
-        let has_pixel_tags =
-            dataset.get(tags::ROWS).is_some() || dataset.get(tags::COLUMNS).is_some();
-        if !has_pixel_tags {
-            let sop = info::opt_str(dataset, tags::SOP_CLASS_UID).unwrap_or_default();
-            return Err(DecodeError::Skip(format!(
-                "no image (no Rows/Columns/Pixel Data; SOP class {})",
-                if sop.is_empty() { "unknown" } else { &sop }
-            )));
-        }
         let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
         if native_byte_order(&info.transfer_syntax).is_none() && !is_deflate(&info.transfer_syntax)
         {
@@ -266,35 +311,9 @@ impl ImageFile {
                     .get(&ts_uid)
                     .ok_or_else(|| format!("unknown transfer syntax {ts_uid}"))?;
                 match ts.codec() {
-                    Codec::EncapsulatedPixelData(Some(decoder), _) => {
-                        scratch.clear();
+                    Codec::EncapsulatedPixelData(..) => {
                         let obj_ref: &DefaultDicomObject = obj;
-                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            decoder.decode_frame(obj_ref, frame, scratch)
-                        }));
-                        match result {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => {
-                                return Err(format!("{} decoder: {}", ts.name(), error_chain(&e)))
-                            }
-                            Err(_) => {
-                                return Err(format!("{} decoder crashed on this data", ts.name()))
-                            }
-                        }
-                        if scratch.len() < frame_bytes {
-                            return Err(format!(
-                                "{} decoder produced {} bytes, expected {frame_bytes}",
-                                ts.name(),
-                                scratch.len()
-                            ));
-                        }
-                        dst.copy_from_slice(&scratch[..frame_bytes]);
-                    }
-                    Codec::EncapsulatedPixelData(None, _) => {
-                        return Err(format!(
-                            "transfer syntax {} ({ts_uid}) cannot be decoded",
-                            ts.name()
-                        ))
+                        return decode_with_registry(&ts_uid, obj_ref, frame, dst, scratch);
                     }
                     _ => {
                         // Native data inside a parsed object (deflate, or unusual layout).
@@ -318,6 +337,25 @@ impl ImageFile {
             }
         }
         Ok(())
+    }
+
+    /// Copies the compressed codestream of frame `frame` (its fragments, concatenated, as they
+    /// are in the file) into `out`, for a GPU codec to decode. Fails for native pixel data.
+    pub fn read_encoded_frame(&self, frame: u32, out: &mut Vec<u8>) -> Result<(), String> {
+        let PixelSource::Object(obj) = &self.source else {
+            return Err("internal: native pixel data has no codestream".into());
+        };
+        let elem = obj.get(tags::PIXEL_DATA).ok_or("Pixel Data is missing")?;
+        let dicom_core::value::Value::PixelSequence(seq) = elem.value() else {
+            return Err("compressed transfer syntax but Pixel Data is not encapsulated".into());
+        };
+        fragments::frame_bytes(
+            seq.offset_table(),
+            seq.fragments(),
+            self.info.frames,
+            frame,
+            out,
+        )
     }
 
     /// True when pixels are read with one positioned read per frame (no intermediate copy).
@@ -362,18 +400,44 @@ fn decode_own(
     let dicom_core::value::Value::PixelSequence(seq) = elem.value() else {
         return Err("compressed transfer syntax but Pixel Data is not encapsulated".into());
     };
-    let fragments: Vec<Vec<u8>> = seq.fragments().iter().map(|f| f.to_vec()).collect();
     let mut stream = Vec::new();
     fragments::frame_bytes(
         seq.offset_table(),
-        &fragments,
+        seq.fragments(),
         info.frames,
         frame,
         &mut stream,
     )?;
+    let layout = StreamLayout {
+        cols: info.cols,
+        rows: info.rows,
+        samples_per_pixel: info.samples_per_pixel,
+        bits_allocated: info.bits_allocated,
+        stored_photometric: info.stored_photometric,
+    };
+    decode_own_stream(codec, &layout, &stream, dst, scratch)
+}
+
+/// What a codec needs from the header besides the codestream.
+struct StreamLayout {
+    cols: u32,
+    rows: u32,
+    samples_per_pixel: u16,
+    bits_allocated: u16,
+    stored_photometric: info::Photometric,
+}
+
+/// Decodes one frame's codestream with one of dicomflow's own codecs.
+fn decode_own_stream(
+    codec: OwnCodec,
+    info: &StreamLayout,
+    stream: &[u8],
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
     // The frame header's dimensions must agree with the DICOM header (already checked against
     // the frame-size limit) before a decoder allocates anything.
-    match sof_dimensions(&stream) {
+    match sof_dimensions(stream) {
         Some((w, h, c)) if (w, h, c) == (info.cols, info.rows, info.samples_per_pixel as u32) => {}
         Some((w, h, c)) => {
             return Err(format!(
@@ -391,7 +455,7 @@ fn decode_own(
                 info.stored_photometric,
                 P::YbrFull | P::YbrFull422 | P::YbrPartial422
             );
-            let img = jpeg::decode(&stream, convert, scratch).map_err(|e| format!("JPEG: {e}"))?;
+            let img = jpeg::decode(stream, convert, scratch).map_err(|e| format!("JPEG: {e}"))?;
             (
                 img.width,
                 img.height,
@@ -400,7 +464,7 @@ fn decode_own(
             )
         }
         OwnCodec::JpegLs => {
-            let img = jpegls::decode(&stream, scratch).map_err(|e| format!("JPEG-LS: {e}"))?;
+            let img = jpegls::decode(stream, scratch).map_err(|e| format!("JPEG-LS: {e}"))?;
             (
                 img.width,
                 img.height,
@@ -421,6 +485,68 @@ fn decode_own(
         dst,
         info.bits_allocated as usize / 8,
     )
+}
+
+/// Decodes frame `frame` of `obj` with the dicom-rs registry's decoder for `ts_uid` into `dst`
+/// (exactly one decoded frame), through `scratch`. Decoder panics become errors.
+fn decode_with_registry(
+    ts_uid: &str,
+    obj: &dyn dicom_encoding::adapters::PixelDataObject,
+    frame: u32,
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    let ts = TransferSyntaxRegistry
+        .get(ts_uid)
+        .ok_or_else(|| format!("unknown transfer syntax {ts_uid}"))?;
+    let Codec::EncapsulatedPixelData(Some(decoder), _) = ts.codec() else {
+        return Err(format!(
+            "transfer syntax {} ({ts_uid}) cannot be decoded",
+            ts.name()
+        ));
+    };
+    scratch.clear();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decoder.decode_frame(obj, frame, scratch)
+    }));
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("{} decoder: {}", ts.name(), error_chain(&e))),
+        Err(_) => return Err(format!("{} decoder crashed on this data", ts.name())),
+    }
+    if scratch.len() < dst.len() {
+        return Err(format!(
+            "{} decoder produced {} bytes, expected {}",
+            ts.name(),
+            scratch.len(),
+            dst.len()
+        ));
+    }
+    let n = dst.len();
+    dst.copy_from_slice(&scratch[..n]);
+    Ok(())
+}
+
+/// Decodes one frame's codestream (`stream`, also reachable as frame 0 of `object`) with the
+/// decoder the CPU path uses for `coding`'s transfer syntax.
+pub(crate) fn decode_codestream(
+    object: &dyn dicom_encoding::adapters::PixelDataObject,
+    coding: &compressed::FrameCoding,
+    stream: &[u8],
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    if let Some(codec) = OwnCodec::of(&coding.transfer_syntax) {
+        let layout = StreamLayout {
+            cols: coding.cols,
+            rows: coding.rows,
+            samples_per_pixel: coding.samples_per_pixel,
+            bits_allocated: coding.bits_allocated,
+            stored_photometric: coding.stored_photometric,
+        };
+        return decode_own_stream(codec, &layout, stream, dst, scratch);
+    }
+    decode_with_registry(&coding.transfer_syntax, object, 0, dst, scratch)
 }
 
 /// Width, height and component count from a JPEG or JPEG-LS frame header, scanning marker

@@ -24,7 +24,7 @@ pub fn locate_pixel_data(
     info: &ImageInfo,
     ts: &str,
 ) -> std::io::Result<Option<(File, u64)>> {
-    let file = File::open(path)?;
+    let file = super::probe::open_input(path)?;
     let size = file.metadata()?.len();
     let expected = info.frame_bytes() * info.frames as u64;
     let (big_endian, explicit) = match ts {

@@ -20,6 +20,8 @@ pub enum StageId {
     Scan,
     ReadDecode,
     TransferIn,
+    /// GPU decode of compressed frames (codec libraries), timed by CUDA events.
+    GpuDecode,
     Compute,
     TransferOut,
     Encode,
@@ -28,10 +30,11 @@ pub enum StageId {
 
 impl StageId {
     /// All stages in pipeline order.
-    pub const ALL: [StageId; 7] = [
+    pub const ALL: [StageId; 8] = [
         StageId::Scan,
         StageId::ReadDecode,
         StageId::TransferIn,
+        StageId::GpuDecode,
         StageId::Compute,
         StageId::TransferOut,
         StageId::Encode,
@@ -44,6 +47,7 @@ impl StageId {
             StageId::Scan => "scan",
             StageId::ReadDecode => "read+decode",
             StageId::TransferIn => "transfer in",
+            StageId::GpuDecode => "gpu decode",
             StageId::Compute => "compute",
             StageId::TransferOut => "transfer out",
             StageId::Encode => "encode",
@@ -60,9 +64,13 @@ impl StageId {
         StageId::ALL.iter().copied().find(|s| s.name() == name)
     }
 
-    /// Whether only some backends have this stage (host↔device transfers).
+    /// Whether only some backends or inputs have this stage (host↔device transfers, GPU
+    /// decode of compressed frames): shown only once it counted a slice.
     pub fn is_transfer(self) -> bool {
-        matches!(self, StageId::TransferIn | StageId::TransferOut)
+        matches!(
+            self,
+            StageId::TransferIn | StageId::GpuDecode | StageId::TransferOut
+        )
     }
 }
 
@@ -102,7 +110,9 @@ impl Pool {
             StageId::ReadDecode if layout.shared => Pool::Shared,
             StageId::ReadDecode => Pool::Loaders,
             StageId::Compute if layout.render_on_writers => finishing,
-            StageId::TransferIn | StageId::Compute | StageId::TransferOut => Pool::RenderWorkers,
+            StageId::TransferIn | StageId::GpuDecode | StageId::Compute | StageId::TransferOut => {
+                Pool::RenderWorkers
+            }
             StageId::Encode | StageId::Write => finishing,
         }
     }
@@ -178,6 +188,7 @@ pub type Gauge = Box<dyn Fn() -> (usize, usize) + Send + Sync>;
 /// One recent error, for the dashboard.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ErrorEntry {
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub path: PathBuf,
     pub stage: String,
     pub reason: String,
@@ -196,6 +207,15 @@ pub struct GpuFigures {
     pub pinned_alloc_ms: f64,
     /// Frames rendered per device.
     pub frames_per_device: Vec<u64>,
+    /// Where each family of compressed transfer syntaxes decodes (GPU with which library, or
+    /// CPU and why).
+    pub decode: Vec<String>,
+    /// The codec libraries in short ("nvJPEG2000 0.11.0, nvJPEG 13.0.1", or what is missing).
+    pub codecs: String,
+    /// Frames decoded on the GPU.
+    pub frames_gpu_decoded: u64,
+    /// Frames sent to a GPU codec that the CPU decoder took over (unsupported or damaged).
+    pub frames_decode_fallback: u64,
 }
 
 /// Counters of the run as a whole.
@@ -215,7 +235,7 @@ pub struct Totals {
 /// Everything the stages publish.
 pub struct Stats {
     start: Instant,
-    stages: [StageSlot; 7],
+    stages: [StageSlot; StageId::ALL.len()],
     latency: StageSlot,
     pub totals: Totals,
     gauges: Mutex<Vec<(String, Gauge)>>,

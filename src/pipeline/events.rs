@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::backend::BackendInfo;
 use crate::error::Stage;
 use crate::observe::stats::{ErrorEntry, Stats};
+use crate::paths::Escaped;
 use crate::pipeline::Sizing;
 use crate::render::plan::Window;
 use crate::source::live::{Done, LiveInput, Outcome};
@@ -120,6 +121,7 @@ pub enum FileStatus {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct OutputRecord {
     pub frame: u32,
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub path: PathBuf,
     pub bytes: u64,
     /// True when the file already existed and was kept (`--skip-existing`).
@@ -141,6 +143,7 @@ pub struct FailureRecord {
 /// What happened to one input file.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct FileRecord {
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub path: PathBuf,
     pub status: FileStatus,
     /// Reason for a skip.
@@ -388,7 +391,7 @@ impl Collector {
             stage: stage.name().into(),
             reason: reason.into(),
         });
-        tracing::warn!(path = %path.display(), %stage, "{reason}");
+        tracing::warn!(path = %Escaped(path), %stage, "{reason}");
         if self.fail_fast {
             self.cancel.store(true, Ordering::Relaxed);
         }
@@ -436,7 +439,7 @@ impl Collector {
             }
             Event::Skipped { id, path, reason } => {
                 t.files_skipped.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(path = %path.display(), "skipped: {reason}");
+                tracing::debug!(path = %Escaped(&path), "skipped: {reason}");
                 self.record_or_new(id, path).skip_reason = Some(reason);
             }
             Event::FileFailed {

@@ -9,13 +9,13 @@
 
 pub mod events;
 pub mod options;
+mod outputs;
 mod prepare;
 mod stages;
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::Backend;
@@ -151,8 +151,13 @@ pub(crate) struct Context<'a> {
     pub stats: Arc<Stats>,
     pub cancel: Arc<AtomicBool>,
     pub pool: SlotPool,
-    pub claimed: Mutex<HashSet<PathBuf>>,
+    pub outputs: outputs::Outputs,
+    /// Writes the outputs (atomic, durable as `output.sync` says).
+    pub files: crate::output::atomic::OutputFiles,
     pub tracer: Option<Arc<Tracer>>,
+    /// Asked per file which compressed frames to leave compressed for the backend's GPU
+    /// codecs (it can change during a run: the warm start turns it on when CUDA is ready).
+    pub backend: Arc<dyn Backend>,
 }
 
 fn spawn_named<'scope, 'env>(
@@ -165,6 +170,30 @@ fn spawn_named<'scope, 'env>(
         .spawn_scoped(s, f)
         .map(|_| ())
         .map_err(|e| FatalError::Other(format!("cannot start thread {name}: {e}")))
+}
+
+/// Refuses an output folder that is one of the input folders: the outputs would be mixed with
+/// the inputs, and the scan (which never enters the output folder) would find nothing. An
+/// output folder inside an input folder is fine: the scan lists it as skipped.
+fn check_output_dir(out: &std::path::Path, inputs: &[PathBuf]) -> Result<(), FatalError> {
+    let Ok(out_meta) = std::fs::metadata(out) else {
+        return Ok(()); // not there yet: no input can be it
+    };
+    let key = crate::source::key_of(&out_meta);
+    for input in inputs {
+        match std::fs::metadata(input) {
+            Ok(m) if m.is_dir() && crate::source::key_of(&m) == key => {
+                return Err(FatalError::Config(format!(
+                    "the output folder {} is the input folder {}: the outputs would be mixed \
+                     with the inputs; choose another output folder (-o)",
+                    crate::paths::Escaped(out),
+                    crate::paths::Escaped(input)
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Where a run's inputs come from.
@@ -249,6 +278,9 @@ fn run_inputs(
             "pipeline.loaders = {} is not used: in the shared layout the writer threads load",
             job.pipeline.loaders
         );
+    }
+    if let Inputs::Sources(sources) = &inputs {
+        check_output_dir(&job.output.dir, &sources.roots())?;
     }
     std::fs::create_dir_all(&job.output.dir).map_err(|source| FatalError::OutputDir {
         path: job.output.dir.clone(),
@@ -341,8 +373,10 @@ fn run_inputs(
         stats: stats.clone(),
         cancel: cancel.clone(),
         pool: pool.clone(),
-        claimed: Mutex::new(HashSet::new()),
+        outputs: outputs::Outputs::default(),
+        files: crate::output::atomic::OutputFiles::new(job.output.sync),
         tracer,
+        backend: backend.clone(),
         live: matches!(inputs, Inputs::Live { .. }),
     };
 
@@ -358,6 +392,17 @@ fn run_inputs(
     std::thread::scope(|s| -> Result<(), FatalError> {
         let event_tx = event_tx;
         let ctx = &ctx;
+        // Temporaries of the named-file fallback that a killed run left behind.
+        spawn_named(
+            s,
+            "cleanup".into(),
+            Box::new(|| {
+                let n = crate::output::atomic::remove_leftovers(&job.output.dir);
+                if n > 0 {
+                    tracing::info!("removed {n} temporary file(s) left by an earlier run");
+                }
+            }),
+        )?;
         spawn_named(s, "scan".into(), {
             let ev = event_tx.clone();
             match scan {
@@ -424,6 +469,13 @@ fn run_inputs(
     })?;
     // The last frame is done: the statistics' clock stops here.
     stats.set_finished();
+    // What the run wrote, on the disk before anyone is told it is done.
+    if let Err(e) = ctx.files.finish(&job.output.dir) {
+        tracing::warn!(
+            "syncing the outputs in {} to the disk: {e}",
+            crate::paths::Escaped(&job.output.dir)
+        );
+    }
     // Final GPU figures, and the backend's description after the run (e.g. the strategy
     // that `transfer = auto` measured and chose).
     backend.finish();

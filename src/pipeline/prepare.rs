@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::options::{BackendChoice, BackendOptions};
+use crate::backend::options::{BackendChoice, BackendOptions, GpuDecode};
 use crate::backend::Backend;
+use crate::decode::compressed::GpuCodec;
 use crate::error::FatalError;
 use crate::memory::{round_up, SlotHint};
 use crate::source::Sources;
@@ -38,6 +39,8 @@ pub fn select_backend_for(
 ) -> Result<Arc<dyn Backend>, FatalError> {
     let inputs = &sources.roots()[..];
     let png_filter = crate::output::encode::png_filter_mode(&job.output.encode());
+    let tuned = with_decode_streams(options, job, inputs);
+    let options = tuned.as_ref().unwrap_or(options);
     match options.choice {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
         BackendChoice::Cuda => {
@@ -102,6 +105,17 @@ fn too_small_for_the_gpu(
 /// beside `workers` render workers; `None` when there is none or it cannot be read (the
 /// pipeline then reports it as usual).
 pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Option<SlotHint> {
+    let info = first_file_info(job, inputs)?;
+    Some(SlotHint {
+        count: slots_beside(&job.pipeline, workers),
+        input: round_up(info.frame_bytes() as usize),
+        output: round_up(info.output_capacity() as usize),
+    })
+}
+
+/// The header of the first DICOM file found under `inputs`; `None` when there is none or it
+/// cannot be read (the loaders will open it again and report it).
+fn first_file_info(job: &Job, inputs: &[PathBuf]) -> Option<crate::decode::ImageInfo> {
     let mut first = None;
     let never = AtomicBool::new(false);
     crate::source::scan(inputs, Some(&job.output.dir), &never, |item| {
@@ -123,11 +137,38 @@ pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Op
             .map(|f| f.info.clone())
     })
     .ok()??;
-    Some(SlotHint {
-        count: slots_beside(&job.pipeline, workers),
-        input: round_up(info.frame_bytes() as usize),
-        output: round_up(info.output_capacity() as usize),
-    })
+    Some(info)
+}
+
+/// `options` with `gpu.decode_streams` streams per GPU when the job's first file is JPEG 2000
+/// that the GPU will decode (nvJPEG2000 found, `gpu.decode` not "none"): one decode takes
+/// milliseconds on a few multiprocessors, so throughput comes from many at once, where the two
+/// streams that suit uncompressed slices would leave the GPU idle.
+fn with_decode_streams(
+    options: &BackendOptions,
+    job: &Job,
+    inputs: &[PathBuf],
+) -> Option<BackendOptions> {
+    let gpu = &options.gpu;
+    if options.choice == BackendChoice::Cpu
+        || gpu.decode == GpuDecode::None
+        || gpu.decode_streams <= gpu.streams
+        || inputs.is_empty()
+    {
+        return None;
+    }
+    let info = first_file_info(job, inputs)?;
+    if GpuCodec::of(&info.transfer_syntax) != Some(GpuCodec::Jpeg2000) {
+        return None;
+    }
+    crate::backend::cuda::libs::open(&["libnvjpeg2k.so.0"], gpu.library_path.as_deref()).ok()?;
+    tracing::info!(
+        "first input file is JPEG 2000: {} CUDA streams per GPU (gpu.decode_streams)",
+        gpu.decode_streams
+    );
+    let mut tuned = options.clone();
+    tuned.gpu.streams = gpu.decode_streams;
+    Some(tuned)
 }
 
 fn slots_beside(opts: &PipelineOptions, workers: usize) -> usize {

@@ -30,7 +30,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::shard::{self, ShardBy};
-use super::{walk, Found};
+use super::walk::{walk, Found};
 use crate::decode::identity::{read_uids, FileUids};
 
 /// Version of the manifest format this build reads and writes.
@@ -336,26 +336,23 @@ pub fn write_manifest(
     for (input, &root) in inputs.iter().zip(&root_of_input) {
         walk(std::slice::from_ref(input), None, cancel, |found| {
             let result = match found {
-                Found::File { path, rel } => match std::fs::metadata(&path) {
-                    Ok(m) => {
-                        let record = Record {
-                            root,
-                            rel,
-                            bytes: m.len(),
-                            uids: None,
-                        };
-                        batch.push((path, record));
-                        if batch.len() == UID_BATCH {
-                            flush(&mut batch, &mut writer, &mut summary)
-                        } else {
-                            Ok(())
-                        }
+                Found::File { path, rel, len, .. } => {
+                    let record = Record {
+                        root,
+                        rel,
+                        bytes: len,
+                        uids: None,
+                    };
+                    batch.push((path, record));
+                    if batch.len() == UID_BATCH {
+                        flush(&mut batch, &mut writer, &mut summary)
+                    } else {
+                        Ok(())
                     }
-                    Err(e) => {
-                        let reason = format!("cannot read: {e}");
-                        error_line(&mut batch, &mut writer, &mut summary, path, reason)
-                    }
-                },
+                }
+                // Special files, links to nothing, loops: a run of the tree lists them as
+                // skipped; a manifest holds what a run would render.
+                Found::Skipped { .. } => Ok(()),
                 Found::Error { path, reason } => {
                     error_line(&mut batch, &mut writer, &mut summary, path, reason)
                 }
@@ -622,6 +619,14 @@ impl Reader {
 
 // ---- the plan of a sharded run ----
 
+/// One line of a manifest as a run reads it: a file (its path, and its path relative to the
+/// root it was found under), or a path the scan could not read.
+#[derive(Debug)]
+pub(crate) enum Entry {
+    File { path: PathBuf, rel: PathBuf },
+    Error { path: PathBuf, reason: String },
+}
+
 /// The assignment of a manifest's items to `count` shards, balanced by bytes: files (or, by
 /// series, whole series) largest first onto the lightest shard ([`shard::balance`]). Every
 /// task computes the same plan from the same manifest. `#error` lines weigh nothing and go
@@ -731,7 +736,7 @@ impl ManifestPlan {
         &self,
         index: u32,
         cancel: &AtomicBool,
-        mut visit: impl FnMut(Found) -> bool,
+        mut visit: impl FnMut(Entry) -> bool,
     ) -> Result<(), ManifestError> {
         let mut reader = Reader::open(&self.path)?;
         let mut i = 0usize;
@@ -751,12 +756,12 @@ impl ManifestPlan {
             let found = match item {
                 Item::Record(r) => {
                     let root = reader.roots().get(r.root as usize).ok_or_else(changed)?;
-                    Found::File {
+                    Entry::File {
                         path: root.join(&r.rel),
                         rel: r.rel,
                     }
                 }
-                Item::Error { path, reason } => Found::Error { path, reason },
+                Item::Error { path, reason } => Entry::Error { path, reason },
             };
             if !visit(found) {
                 return Ok(());
@@ -917,11 +922,11 @@ mod tests {
         for shard in 0..3 {
             plan.visit(shard, &never, |f| {
                 match f {
-                    Found::File { path, rel } => {
+                    Entry::File { path, rel } => {
                         assert_eq!(path, Path::new("/data").join(&rel));
                         seen.push((shard, rel.to_string_lossy().into_owned()));
                     }
-                    Found::Error { .. } => errors += 1,
+                    Entry::Error { .. } => errors += 1,
                 }
                 true
             })

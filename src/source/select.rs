@@ -6,9 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use super::manifest::ManifestPlan;
+use std::collections::HashSet;
+
+use super::manifest::{Entry, ManifestPlan};
 use super::shard::{self, Shard, ShardBy};
-use super::{classify, walk, Found, ScanItem};
+use super::walk::{key_of, walk, Found};
+use super::{Listing, ScanItem};
 use crate::decode::identity::read_uids;
 
 /// What a run reads.
@@ -72,75 +75,81 @@ impl Sources {
         }
     }
 
-    /// Hands what the run reads to `emit` (which returns false to stop), as
-    /// [`scan`](super::scan) does, until done or `cancel` is set. Files outside the shard are
-    /// not opened, except with `--shard-by series` without a manifest, which reads the start
-    /// of every file's header to learn its series. Returns the number of files seen (in the
-    /// shard).
-    pub fn scan(
-        &self,
-        exclude: Option<&Path>,
-        cancel: &AtomicBool,
-        mut emit: impl FnMut(ScanItem) -> bool,
-    ) -> usize {
-        let mut next_id = 0usize;
-        let mut seen = 0usize;
+    /// Lists what the run reads (see [`Listing`]): the walk of the inputs, keeping the files
+    /// of the shard (every input file's identity is still recorded, so that no output of this
+    /// shard replaces another shard's input), or the shard's part of a manifest. Files outside
+    /// the shard are not opened, except with `--shard-by series` over a walk, where
+    /// [`Listing::scan`] reads the start of every DICOM file's header to learn its series.
+    pub fn list(&self, exclude: Option<&Path>, cancel: &AtomicBool) -> Listing {
+        let mut listing = Listing {
+            found: Vec::new(),
+            inputs: HashSet::new(),
+            series_shard: None,
+        };
         match self {
             Sources::Walk { inputs, shard } => {
-                walk(inputs, exclude, cancel, |found| match (found, shard) {
-                    (Found::File { path, rel }, None) => {
-                        seen += 1;
-                        emit(classify(&mut next_id, path, rel))
+                walk(inputs, exclude, cancel, |found| {
+                    if let Found::File { key, .. } = &found {
+                        listing.inputs.insert(*key);
                     }
-                    (Found::File { path, rel }, Some((s, ShardBy::Path))) => {
-                        if !s.owns(shard::path_hash(&rel)) {
-                            return true;
+                    let keep = match (&found, shard) {
+                        (_, None) | (_, Some((_, ShardBy::Series))) => true,
+                        (Found::File { rel, .. }, Some((s, ShardBy::Path))) => {
+                            s.owns(shard::path_hash(rel))
                         }
-                        seen += 1;
-                        emit(classify(&mut next_id, path, rel))
-                    }
-                    (Found::File { path, rel }, Some((s, ShardBy::Series))) => {
-                        let fallback = shard::path_hash(&rel);
-                        let item = classify(&mut next_id, path, rel);
-                        let key = match &item {
-                            ScanItem::Dicom(c) => read_uids(&c.path, &c.kind)
-                                .ok()
-                                .and_then(|u| u.series)
-                                .map_or(fallback, |uid| shard::key_hash(uid.as_bytes())),
-                            _ => fallback,
-                        };
-                        if !s.owns(key) {
-                            return true;
-                        }
-                        seen += 1;
-                        emit(item)
-                    }
-                    (Found::Error { path, reason }, shard) => {
                         // Reported by one shard only: the one its path hashes to.
-                        if shard.is_some_and(|(s, _)| !s.owns(shard::path_hash(&path))) {
-                            return true;
+                        (Found::Skipped { path, .. } | Found::Error { path, .. }, Some((s, _))) => {
+                            s.owns(shard::path_hash(path))
                         }
-                        emit(ScanItem::Error { path, reason })
+                    };
+                    if keep {
+                        listing.found.push(found);
                     }
+                    true
                 });
+                if let Some((s, ShardBy::Series)) = shard {
+                    listing.series_shard = Some(*s);
+                }
             }
             Sources::Manifest { plan, index } => {
-                let result = plan.visit(*index, cancel, |found| match found {
-                    Found::File { path, rel } => {
-                        seen += 1;
-                        emit(classify(&mut next_id, path, rel))
-                    }
-                    Found::Error { path, reason } => emit(ScanItem::Error { path, reason }),
+                let result = plan.visit(*index, cancel, |entry| {
+                    let found = match entry {
+                        // The walk's checks, for the shard's own files: a regular file (never
+                        // opened when it is not one), and its identity, so that no output
+                        // replaces it.
+                        Entry::File { path, rel } => match std::fs::metadata(&path) {
+                            Ok(m) if m.is_file() => {
+                                listing.inputs.insert(key_of(&m));
+                                Found::File {
+                                    key: key_of(&m),
+                                    len: m.len(),
+                                    path,
+                                    rel,
+                                }
+                            }
+                            Ok(_) => Found::Skipped {
+                                path,
+                                reason: "not a regular file".into(),
+                            },
+                            Err(e) => Found::Error {
+                                path,
+                                reason: format!("cannot read input: {e}"),
+                            },
+                        },
+                        Entry::Error { path, reason } => Found::Error { path, reason },
+                    };
+                    listing.found.push(found);
+                    true
                 });
                 if let Err(e) = result {
-                    emit(ScanItem::Error {
+                    listing.found.push(Found::Error {
                         path: plan.path.clone(),
                         reason: e.to_string(),
                     });
                 }
             }
         }
-        seen
+        listing
     }
 
     /// Bytes this run will read, counting stops at `limit` (for `auto`'s choice of the GPU):
@@ -158,9 +167,9 @@ impl Sources {
                     let mut total = 0u64;
                     let never = AtomicBool::new(false);
                     walk(inputs, exclude, &never, |found| {
-                        if let Found::File { path, rel } = found {
+                        if let Found::File { rel, len, .. } = found {
                             if s.owns(shard::path_hash(&rel)) {
-                                total += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                                total += len;
                             }
                         }
                         total < limit
@@ -231,6 +240,25 @@ impl Sources {
     }
 }
 
+/// `item` when it belongs to shard `s` by series (`--shard-by series` over a walk): a DICOM
+/// file by the hash of its Series Instance UID (read from the start of its header), anything
+/// else — and a file whose series cannot be read — by the hash of its relative path.
+pub(crate) fn in_series_shard(s: Shard, item: ScanItem) -> Option<ScanItem> {
+    let key = match &item {
+        ScanItem::Dicom(c) => {
+            let fallback = shard::path_hash(&c.rel);
+            read_uids(&c.path, &c.kind)
+                .ok()
+                .and_then(|u| u.series)
+                .map_or(fallback, |uid| shard::key_hash(uid.as_bytes()))
+        }
+        ScanItem::Skipped { path, .. }
+        | ScanItem::Error { path, .. }
+        | ScanItem::NotStarted { path } => shard::path_hash(path),
+    };
+    s.owns(key).then_some(item)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,11 +268,11 @@ mod tests {
     fn scanned(sources: &Sources) -> Vec<PathBuf> {
         let never = AtomicBool::new(false);
         let mut v = Vec::new();
-        sources.scan(None, &never, |item| {
+        sources.list(None, &never).scan(&never, |item| {
             match item {
                 ScanItem::Dicom(c) => v.push(c.rel),
                 ScanItem::Skipped { path, .. } => v.push(path.file_name().unwrap().into()),
-                ScanItem::Error { path, .. } => v.push(path),
+                ScanItem::Error { path, .. } | ScanItem::NotStarted { path } => v.push(path),
             }
             true
         });

@@ -5,17 +5,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dicomflow::error::FatalError;
+use dicomflow::paths::Escaped;
 use dicomflow::source::listen::finish::Finisher;
 use dicomflow::source::listen::{Listener, Spool};
 use dicomflow::source::live::{Feed, LiveInput, LiveStats};
 
-use super::live::{self, Sources};
+use super::live::{self, LiveSources, RunFiles};
 use crate::app::cli::ListenArgs;
 use crate::app::config::Settings;
+use crate::app::print;
 
 /// Runs `args` until SIGTERM, Ctrl-C or `q`.
 pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, FatalError> {
     let settings = Settings::resolve(args.job.config.as_deref(), &args.to_raw())?;
+    let files = RunFiles::create(&settings)?;
     let opts = &settings.listen;
     let out = &settings.job.output.dir;
     std::fs::create_dir_all(out).map_err(|source| FatalError::OutputDir {
@@ -34,7 +37,7 @@ pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, 
             "{} instance(s) received by a previous run but not rendered are in {}: rendering \
              them first",
             leftovers.len(),
-            spool_dir.display()
+            Escaped(&spool_dir)
         );
     }
     let origin: Arc<str> = Arc::from("spool (previous run)");
@@ -53,12 +56,12 @@ pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, 
     let listener = Listener::start(opts.clone(), spool.clone(), feed.clone())
         .map_err(|e| FatalError::Other(e.to_string()))?;
     if !quiet {
-        eprintln!(
+        print::errln(&format!(
             "dicomflow: listening on {} as {} (spool {}); SIGTERM, Ctrl-C or q stops",
             listener.local_addr(),
             opts.ae_title,
-            spool_dir.display()
-        );
+            Escaped(&spool_dir)
+        ));
     }
     let finisher = Finisher {
         spool,
@@ -71,10 +74,11 @@ pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, 
         &settings,
         quiet,
         started,
+        files,
         stop,
-        stats,
         &feed_rx,
-        Sources {
+        LiveSources {
+            stats,
             stop: Box::new(move || listener.join()),
             on_done: Box::new(move |rx| finisher.run(&rx)),
             close: Box::new(move || closing.close()),

@@ -11,14 +11,50 @@ use crossbeam_channel::Receiver;
 use dicomflow::error::FatalError;
 use dicomflow::observe::stats::Stats;
 use dicomflow::observe::trace::Tracer;
+use dicomflow::output::atomic::PendingFile;
+use dicomflow::paths::Escaped;
 use dicomflow::source::live::{Done, FeedReceiver, LiveStats};
 
 use crate::app::config::Settings;
 use crate::app::report::{self, ProcessTimes};
-use crate::app::{dashboard, signals};
+use crate::app::{dashboard, print, signals};
+
+/// The report and trace files of a run, created before anything starts: a path that cannot
+/// be written stops the command at once (exit 2), not after hours of receiving.
+pub struct RunFiles {
+    report: Option<PendingFile>,
+    tracer: Option<Arc<Tracer>>,
+}
+
+impl RunFiles {
+    /// Creates the files `settings` asks for.
+    pub fn create(settings: &Settings) -> Result<RunFiles, FatalError> {
+        let report = match &settings.report {
+            Some(path) => Some(PendingFile::create(path, true).map_err(|e| {
+                FatalError::Config(format!(
+                    "--report {}: cannot write there: {e}",
+                    Escaped(path)
+                ))
+            })?),
+            None => None,
+        };
+        let tracer = match &settings.trace {
+            Some(path) => Some(Arc::new(Tracer::create(path).map_err(|e| {
+                FatalError::Config(format!(
+                    "--trace {}: cannot write there: {e}",
+                    Escaped(path)
+                ))
+            })?)),
+            None => None,
+        };
+        Ok(RunFiles { report, tracer })
+    }
+}
 
 /// The parts of a live run that differ between commands.
-pub struct Sources<'a> {
+pub struct LiveSources<'a> {
+    /// What the sources count into (shown live, and in the report).
+    pub stats: Arc<LiveStats>,
     /// Stops the sources and waits until they can submit no more (a listener's associations
     /// finish the message in progress; a watcher stops looking).
     pub stop: Box<dyn FnOnce() + Send + 'a>,
@@ -33,11 +69,12 @@ pub fn run(
     settings: &Settings,
     quiet: bool,
     started: Instant,
+    files: RunFiles,
     stop: Arc<AtomicBool>,
-    live: Arc<LiveStats>,
     feed: &FeedReceiver,
-    sources: Sources,
+    sources: LiveSources,
 ) -> Result<i32, FatalError> {
+    let live = sources.stats.clone();
     let job = &settings.job;
     // No inputs to size the job by: `auto` opens the GPU when there is one (a receiver runs
     // long enough to repay it).
@@ -49,14 +86,18 @@ pub fn run(
         ..Default::default()
     };
     let stats = Stats::new();
-    let tracer = settings.trace.as_ref().map(|_| Arc::new(Tracer::new()));
+    let RunFiles {
+        report: report_file,
+        tracer,
+    } = files;
     let display = dashboard::Options::of(settings, quiet, Some(live.clone()));
     // The pipeline's own cancel is never set here: stopping closes the feed instead, so that
     // everything that arrived is rendered. A second signal exits at once (the spool or the
     // folder keeps what was not rendered).
     let pipeline_cancel = Arc::new(AtomicBool::new(false));
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
-    let Sources {
+    let LiveSources {
+        stats: _,
         stop: stop_sources,
         on_done,
         close,
@@ -89,23 +130,35 @@ pub fn run(
     process.pipeline_done_s = started.elapsed().as_secs_f64();
     let snapshot = stats.snapshot();
     let live_snapshot = live.snapshot();
+    // As for `run`: neither file's failure keeps the other from being written, nor the summary
+    // from being printed.
+    let mut unwritten = Vec::new();
     if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
-        t.write(path)
-            .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
+        if let Err(e) = t.finish() {
+            unwritten.push(format!("trace {}: {e}", Escaped(path)));
+        }
     }
-    if let Some(path) = &settings.report {
+    if let (Some(path), Some(file)) = (&settings.report, report_file) {
         process.report_s = started.elapsed().as_secs_f64();
         let live = Some(&live_snapshot);
-        report::write_report(path, settings, &result, &snapshot, process, None, live)
-            .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
+        if let Err(e) =
+            report::write_report(file, settings, &result, &snapshot, process, None, live)
+        {
+            unwritten.push(format!("report {}: {e}", Escaped(path)));
+        }
     }
     if !quiet {
-        eprint!("{}", report::live_summary(&live_snapshot));
-        eprint!("{}", report::summary(&result, &snapshot));
+        print::err(&report::live_summary(&live_snapshot));
+        print::err(&report::summary(&result, &snapshot));
     } else {
-        eprint!("{}", report::failures(&result));
+        print::err(&report::failures(&result));
     }
-    Ok(0)
+    for what in &unwritten {
+        print::errln(&format!("dicomflow: error: {what}"));
+    }
+    // A stop is the normal end of a run without an end: 0, failures of single files being in
+    // the summary and the report; 2 when the report or the trace could not be written.
+    Ok(if unwritten.is_empty() { 0 } else { 2 })
 }
 
 /// Installs the signal handlers that set `stop` (SIGINT, SIGTERM; a second one exits at once).

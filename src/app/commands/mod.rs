@@ -1,6 +1,7 @@
 //! One module per subcommand: each turns its parsed arguments into library calls and returns
 //! the exit code.
 
+pub mod bench_decode;
 pub mod bench_encode;
 pub mod bench_listen;
 pub mod bench_transfer;

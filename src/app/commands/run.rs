@@ -9,6 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use dicomflow::error::FatalError;
 use dicomflow::observe::stats::Stats;
 use dicomflow::observe::trace::Tracer;
+use dicomflow::output::atomic::PendingFile;
+use dicomflow::paths::Escaped;
 use dicomflow::source::manifest::ManifestPlan;
 use dicomflow::source::shard::{Shard, ShardBy, ShardRequest};
 use dicomflow::source::Sources;
@@ -16,7 +18,7 @@ use dicomflow::source::Sources;
 use crate::app::cli::RunArgs;
 use crate::app::config::Settings;
 use crate::app::report::{self, ProcessTimes, ShardSection};
-use crate::app::{dashboard, signals};
+use crate::app::{dashboard, print, signals};
 
 /// Where a shard's report goes unless `--report` says otherwise, under the output folder.
 pub const SHARD_REPORTS: &str = ".dicomflow/reports";
@@ -64,6 +66,12 @@ fn unix_seconds(t: SystemTime) -> f64 {
 }
 
 /// Runs `args`; `started` is when the process started (the report's process times).
+///
+/// The exit code: 1 when some input failed (also when the run was stopped too), else 130 when
+/// it was stopped before every input was done, else 2 when the report or the trace could not
+/// be written at the end, else 0. The summary is printed in every case, and the report and
+/// trace paths are created before any work, so that a path that cannot be written stops the
+/// run at once (exit 2) rather than after it.
 pub fn execute(
     args: &RunArgs,
     quiet: bool,
@@ -89,6 +97,24 @@ pub fn execute(
     if let Some(s) = sources.shard().filter(|_| args.shard.is_some()) {
         tracing::info!(shard = %s, "rendering shard {} of {}", s.index, s.count);
     }
+    let report_file = match &report_path {
+        Some(path) => Some(PendingFile::create(path, true).map_err(|e| {
+            FatalError::Config(format!(
+                "--report {}: cannot write there: {e}",
+                Escaped(path)
+            ))
+        })?),
+        None => None,
+    };
+    let tracer = match &settings.trace {
+        Some(path) => Some(Arc::new(Tracer::create(path).map_err(|e| {
+            FatalError::Config(format!(
+                "--trace {}: cannot write there: {e}",
+                Escaped(path)
+            ))
+        })?)),
+        None => None,
+    };
     let backend =
         dicomflow::pipeline::select_backend_for(&settings.backend, &settings.job, &sources)?;
     // Kept alive to the end: the process exits without tearing the driver down.
@@ -100,7 +126,6 @@ pub fn execute(
     let stats = Stats::new();
     let cancel = Arc::new(AtomicBool::new(false));
     signals::cancel_on_interrupt(cancel.clone());
-    let tracer = settings.trace.as_ref().map(|_| Arc::new(Tracer::new()));
     let display = dashboard::Options::of(&settings, quiet, None);
     let result = dashboard::supervise(&display, &stats, &cancel, tracer.as_ref(), || {
         dicomflow::pipeline::run_sources(
@@ -115,11 +140,15 @@ pub fn execute(
     process.pipeline_done_s = started.elapsed().as_secs_f64();
     // With the histograms: a shard's report is merged with the others'.
     let snapshot = stats.snapshot_with_histograms();
+    // Neither file's failure keeps the other from being written, nor the summary from being
+    // printed: the run happened, and what it did must be said.
+    let mut unwritten = Vec::new();
     if let (Some(path), Some(t)) = (&settings.trace, &tracer) {
-        t.write(path)
-            .map_err(|e| FatalError::Other(format!("trace {}: {e}", path.display())))?;
+        if let Err(e) = t.finish() {
+            unwritten.push(format!("trace {}: {e}", Escaped(path)));
+        }
     }
-    if let Some(path) = &report_path {
+    if let (Some(path), Some(file)) = (&report_path, report_file) {
         process.report_s = started.elapsed().as_secs_f64();
         let shard = sources.plan_info().map(|plan| ShardSection {
             plan,
@@ -127,22 +156,23 @@ pub fn execute(
             started_unix_s: unix_seconds(started_at),
             finished_unix_s: unix_seconds(SystemTime::now()),
         });
-        report::write_report(
-            path,
+        if let Err(e) = report::write_report(
+            file,
             &settings,
             &result,
             &snapshot,
             process,
             shard.as_ref(),
             None,
-        )
-        .map_err(|e| FatalError::Other(format!("report {}: {e}", path.display())))?;
+        ) {
+            unwritten.push(format!("report {}: {e}", Escaped(path)));
+        }
     }
     if !quiet {
-        eprint!("{}", report::summary(&result, &snapshot));
+        print::err(&report::summary(&result, &snapshot));
         if let (Some(info), Some(path)) = (sources.plan_info(), &report_path) {
             // Which part of the job this was, and where the merge will find its report.
-            eprintln!(
+            print::errln(&format!(
                 "  shard {} of {} (by {}, plan {}); report {}",
                 info.index,
                 info.count,
@@ -151,12 +181,20 @@ pub fn execute(
                     ShardBy::Series => "series",
                 },
                 info.plan,
-                path.display()
-            );
+                Escaped(path)
+            ));
         }
     } else {
         // -q keeps errors: the failed files, one line each.
-        eprint!("{}", report::failures(&result));
+        print::err(&report::failures(&result));
     }
-    Ok(result.exit_code())
+    for what in &unwritten {
+        print::errln(&format!("dicomflow: error: {what}"));
+    }
+    let code = result.exit_code();
+    Ok(if code == 0 && !unwritten.is_empty() {
+        2
+    } else {
+        code
+    })
 }

@@ -7,13 +7,15 @@ use dicomflow::error::FatalError;
 use dicomflow::source::live::{Feed, LiveStats};
 use dicomflow::source::watch::Watcher;
 
-use super::live::{self, Sources};
+use super::live::{self, LiveSources, RunFiles};
 use crate::app::cli::WatchArgs;
 use crate::app::config::Settings;
+use crate::app::print;
 
 /// Runs `args` until SIGTERM, Ctrl-C or `q`.
 pub fn execute(args: &WatchArgs, quiet: bool, started: Instant) -> Result<i32, FatalError> {
     let settings = Settings::resolve(args.job.config.as_deref(), &args.to_raw())?;
+    let files = RunFiles::create(&settings)?;
     let out = &settings.job.output.dir;
     std::fs::create_dir_all(out).map_err(|source| FatalError::OutputDir {
         path: out.clone(),
@@ -26,24 +28,30 @@ pub fn execute(args: &WatchArgs, quiet: bool, started: Instant) -> Result<i32, F
         &args.folders,
         std::slice::from_ref(out),
         feed.clone(),
-        settings.watch.clone(),
+        dicomflow::source::watch::WatchOptions {
+            limits: dicomflow::decode::DecodeLimits {
+                max_frame_bytes: settings.job.pipeline.max_frame_bytes,
+            },
+            ..settings.watch.clone()
+        },
     )
     .map_err(|e| FatalError::Other(e.to_string()))?;
     if !quiet {
-        eprintln!(
+        print::errln(&format!(
             "dicomflow: watching {} folder(s); SIGTERM, Ctrl-C or q stops",
             args.folders.len()
-        );
+        ));
     }
     let (done_feed, closing) = (feed.clone(), feed);
     live::run(
         &settings,
         quiet,
         started,
+        files,
         stop,
-        stats,
         &feed_rx,
-        Sources {
+        LiveSources {
+            stats,
             stop: Box::new(move || watcher.join()),
             on_done: Box::new(move |rx| {
                 for d in rx {

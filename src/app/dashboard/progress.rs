@@ -62,7 +62,7 @@ pub fn run(
         // Once a second (or at the tick, if slower), a whole line.
         let period = tick.max(Duration::from_secs(1));
         while !wait(done, period) {
-            eprintln!("dicomflow: {}", sample().1);
+            crate::app::print::errln(&format!("dicomflow: {}", sample().1));
         }
     }
 }

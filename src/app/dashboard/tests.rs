@@ -39,6 +39,10 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
             name: "transfer in".into(),
             ..Default::default()
         },
+        StageSnapshot {
+            name: "gpu decode".into(),
+            ..Default::default()
+        },
         stage(StageId::Compute, done + 5, 1, 0.20, 0.75),
         StageSnapshot {
             name: "transfer out".into(),
@@ -261,6 +265,7 @@ fn gpu_panel_shows_devices_strategy_pools_and_split() {
         pinned_bytes: 32 << 20,
         pinned_alloc_ms: 12.0,
         frames_per_device: vec![125],
+        ..Default::default()
     });
     let all = render(&app(s), 100, 30).join("\n");
     assert!(all.contains(" GPU "), "{all}");
@@ -352,7 +357,9 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
     stats.add_gauge("slots in flight", Box::new(|| (1, 4)));
     stats.add_gauge("load → render", Box::new(|| (2, 8)));
     let cancel = Arc::new(AtomicBool::new(false));
-    let tracer = Arc::new(Tracer::new());
+    let dir = std::env::temp_dir().join(format!("dicomflow-supervise-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tracer = Arc::new(Tracer::create(&dir.join("t.json")).unwrap());
     let opts = Options {
         display: Display::Quiet,
         tick: Duration::from_millis(10),
@@ -366,9 +373,7 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
     });
     assert_eq!(r.unwrap(), 42);
     assert!(started.elapsed() < Duration::from_millis(1000));
-    let dir = std::env::temp_dir().join(format!("dicomflow-supervise-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    tracer.write(&dir.join("t.json")).unwrap();
+    tracer.finish().unwrap();
     let t: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("t.json")).unwrap()).unwrap();
     let counters: Vec<_> = t["traceEvents"]
@@ -452,4 +457,40 @@ fn a_live_run_shows_arrivals_latency_associations_and_senders_and_no_eta() {
     }
     assert!(!all.contains("ETA"), "{all}");
     assert!(!all.contains("frames 120/200"), "{all}");
+}
+
+#[test]
+fn gpu_panel_shows_the_decode_counts_and_the_stage_row_appears_once_used() {
+    let mut s = snapshot(2.0, 120);
+    let rows = render(&app(s.clone()), 100, 30).join("\n");
+    assert!(!rows.contains("gpu decode"), "{rows}");
+    s.stages[StageId::GpuDecode as usize] = StageSnapshot {
+        name: "gpu decode".into(),
+        count: 118,
+        workers: 16,
+        busy_s: 10.0,
+        busy_fraction: 0.3,
+        p50_ms: 9.3,
+        ..Default::default()
+    };
+    s.gpu = Some(GpuFigures {
+        devices: vec!["NVIDIA H200".into()],
+        strategy: "zero-copy".into(),
+        frames_per_device: vec![120],
+        codecs: "nvJPEG2000 0.11.0, nvJPEG 13.0.1".into(),
+        frames_gpu_decoded: 118,
+        frames_decode_fallback: 2,
+        ..Default::default()
+    });
+    let all = render(&app(s), 100, 30).join("\n");
+    assert!(
+        numbers(row(
+            &all.lines().map(String::from).collect::<Vec<_>>(),
+            "gpu decode"
+        ))
+        .starts_with(&[118.0]),
+        "{all}"
+    );
+    assert!(all.contains("decode: 118 GPU, 2 CPU fallback"), "{all}");
+    assert!(all.contains("codecs: nvJPEG2000 0.11.0"), "{all}");
 }

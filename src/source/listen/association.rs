@@ -605,10 +605,13 @@ impl Session<'_> {
     /// sender hears of success only once the sync is done.
     fn commit(&self, mut incoming: Incoming, arrived: Instant) -> (u16, Option<String>) {
         let shared = self.shared;
-        let checked = incoming
-            .seal()
-            .map_err(|e| e.to_string())
-            .and_then(|()| crate::decode::check_received(incoming.path()));
+        let checked = incoming.seal().map_err(|e| e.to_string()).and_then(|()| {
+            // An instance is at most max_instance_bytes: so is any frame of it.
+            let limits = crate::decode::DecodeLimits {
+                max_frame_bytes: shared.options.max_instance_bytes,
+            };
+            crate::decode::check_received(incoming.path(), limits)
+        });
         if let Err(reason) = checked {
             incoming.abandon();
             shared.stats.refused_from(&self.origin);

@@ -33,6 +33,9 @@ pub struct WatchOptions {
     /// Every folder is walked again this often, for events the kernel dropped (zero: never).
     #[serde(serialize_with = "crate::source::live::serialize_secs")]
     pub rescan: Duration,
+    /// The decoder's limits, for the completeness check (the pipeline's `max_frame_mib`).
+    #[serde(skip)]
+    pub limits: crate::decode::DecodeLimits,
 }
 
 impl Default for WatchOptions {
@@ -41,6 +44,9 @@ impl Default for WatchOptions {
             settle: Duration::from_millis(300),
             give_up: Duration::from_secs(60),
             rescan: Duration::from_secs(30),
+            limits: crate::decode::DecodeLimits {
+                max_frame_bytes: 1024 << 20,
+            },
         }
     }
 }
@@ -162,13 +168,13 @@ impl Drop for Watcher {
 /// Whether a settled file can be handed on: a complete DICOM file, or a file that is plainly
 /// not DICOM (the pipeline lists it as skipped). A file too short for the DICOM preamble may
 /// be one still being written.
-fn completeness(path: &Path, len: u64) -> Result<(), String> {
+fn completeness(path: &Path, len: u64, limits: crate::decode::DecodeLimits) -> Result<(), String> {
     if len >= 132 {
         if let Ok(crate::decode::Probe::NotDicom(_)) = crate::decode::probe(path) {
             return Ok(());
         }
     }
-    crate::decode::check_complete(path)
+    crate::decode::check_complete(path, limits)
 }
 
 /// How often the watch thread looks at due files and the stop flag.
@@ -341,7 +347,7 @@ impl State {
                 .filter(|m| m.is_file())
                 .map(|m| Version::of(&m).0);
             let complete = match version {
-                Some(v) => completeness(&path, v.len),
+                Some(v) => completeness(&path, v.len, self.options.limits),
                 None => Ok(()),
             };
             let Some(ready) = self
