@@ -117,6 +117,7 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
             "transfer in",
             "gpu decode",
             "compute",
+            "gpu encode",
             "transfer out",
             "encode",
             "write"

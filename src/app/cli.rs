@@ -59,6 +59,9 @@ pub enum BenchCommand {
     /// Compressed frames decoded by the CPU decoders and by the GPU codecs (nvJPEG2000,
     /// nvJPEG): stored values and 8-bit renderings compared, time of each.
     Decode(DecodeArgs),
+    /// GPU encoders (nvCOMP PNG, nvJPEG) against the CPU's: time, sustained rate, size,
+    /// identical pixels / PSNR, and the layout of nvCOMP's streams.
+    GpuEncode(GpuEncodeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -172,6 +175,34 @@ pub struct DecodeArgs {
     /// Row pitch alignment (bytes) of lossless JPEG output; 0 = the production default.
     #[arg(long, default_value_t = 0)]
     pub lossless_pitch_align: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct GpuEncodeArgs {
+    /// Square slice sizes.
+    #[arg(long, value_delimiter = ',', default_value = "512,2000")]
+    pub sizes: Vec<u32>,
+    /// Distinct phantom slices per size.
+    #[arg(long, default_value_t = 8)]
+    pub slices: usize,
+    /// Stream counts (threads) of the sustained runs.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+    pub streams: Vec<usize>,
+    /// Slices per stream in the sustained runs.
+    #[arg(long, default_value_t = 200)]
+    pub rounds: usize,
+    /// nvCOMP Gzip algorithms to try (0 fastest .. 5 smallest).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2,4")]
+    pub algorithms: Vec<i32>,
+    /// Folder for sample outputs (GPU PNG and JPEG, raw nvCOMP chunks).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Folder searched first for libnvcomp / libnvjpeg (as `gpu.library_path`).
+    #[arg(long)]
+    pub library_path: Option<std::path::PathBuf>,
+    /// Device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -366,6 +397,9 @@ pub struct JobArgs {
     /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU.
     #[arg(long)]
     pub decode_streams: Option<i64>,
+    /// Who compresses PNG/JPEG output beside the CUDA backend: auto, gpu, cpu.
+    #[arg(long)]
+    pub gpu_encode: Option<String>,
     /// Show the live dashboard even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_tui")]
     pub tui: bool,
@@ -403,6 +437,7 @@ impl JobArgs {
         r.gpu.streams = self.streams;
         r.gpu.decode = self.gpu_decode.clone();
         r.gpu.decode_streams = self.decode_streams;
+        r.gpu.encode = self.gpu_encode.clone();
         r.dashboard.tui = if self.tui {
             Some("on".into())
         } else if self.no_tui {
@@ -466,7 +501,13 @@ pub struct InspectArgs {
     /// GPU decode policy to explain (lossless, all, none).
     #[arg(long, default_value = "lossless")]
     pub gpu_decode: String,
-    /// Folder searched first for the codec libraries (gpu.library_path).
+    /// Output format whose encoder to explain: png, jpeg, tiff, bmp.
+    #[arg(long, default_value = "png")]
+    pub format: String,
+    /// gpu.encode to explain: auto, gpu, cpu.
+    #[arg(long, default_value = "auto")]
+    pub gpu_encode: String,
+    /// Folder searched first for NVIDIA's codec libraries (as gpu.library_path).
     #[arg(long)]
     pub library_path: Option<PathBuf>,
 }

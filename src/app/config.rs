@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use dicomflow::backend::options::{
-    BackendChoice, BackendOptions, GpuDecode, GpuSelection, PageLocking, Transfer,
+    BackendChoice, BackendOptions, GpuDecode, GpuEncodeChoice, GpuSelection, PageLocking, Transfer,
 };
 use dicomflow::error::FatalError;
 use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter, SyncMode};
@@ -127,6 +127,7 @@ pub struct RawGpu {
     pub library_path: Option<PathBuf>,
     pub decode: Option<String>,
     pub decode_streams: Option<i64>,
+    pub encode: Option<String>,
 }
 
 /// A number, or the word "auto".
@@ -577,6 +578,19 @@ impl Settings {
                     ("none", GpuDecode::None),
                 ],
                 "use lossless, all or none",
+            )?;
+        }
+        if let Some(v) = &g.encode {
+            self.backend.gpu.encode = one_of(
+                origin,
+                "gpu.encode",
+                v,
+                &[
+                    ("auto", GpuEncodeChoice::Auto),
+                    ("gpu", GpuEncodeChoice::Gpu),
+                    ("cpu", GpuEncodeChoice::Cpu),
+                ],
+                "use auto, gpu or cpu",
             )?;
         }
 

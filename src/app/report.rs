@@ -269,6 +269,21 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     for line in gpu_decode_lines(result, stats) {
         let _ = writeln!(s, "  gpu decode: {line}");
     }
+    let gpu_encoded = if stats.gpu_encoded_frames > 0 {
+        format!(
+            "; {} frames compressed on the GPU, {} back ({:.0} KB per frame)",
+            stats.gpu_encoded_frames,
+            mb(stats.gpu_encoded_bytes),
+            stats.gpu_encoded_bytes as f64 / 1e3 / stats.gpu_encoded_frames as f64
+        )
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        s,
+        "  encoder: {} ({}){gpu_encoded}",
+        result.backend.encoder, result.backend.encoder_reason
+    );
     let _ = writeln!(
         s,
         "  {:<13} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",

@@ -28,7 +28,7 @@ use options::{Job, Layout, PipelineOptions};
 
 use crate::memory::SlotPool;
 pub use events::{Collector, Event, FileRecord, FileStatus, RunResult};
-pub use prepare::{first_file_slot_hint, select_backend, select_backend_for};
+pub use prepare::{first_file_slot_hint, output_wish, select_backend, select_backend_for};
 
 /// Thread counts and ring depth actually used.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -615,6 +615,215 @@ mod tests {
                 );
             });
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A backend standing in for the CUDA backend with a GPU encoder: it renders on the CPU,
+    /// then "encodes on the device" with other encoders (flate2's gzip member rewritten to zlib
+    /// as `kernels/zlib.cu` does; the `image` crate's JPEG), leaving compressed bytes in the
+    /// slot as the CUDA worker does, and every third PNG frame as filtered rows (the fallback).
+    struct EncodingBackend {
+        format: crate::output::options::OutputFormat,
+        /// Frames rendered by all workers (every third falls back).
+        frames: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    struct EncodingWorker {
+        format: crate::output::options::OutputFormat,
+        cpu: crate::backend::cpu::CpuRenderer,
+        frames: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Backend for EncodingBackend {
+        fn info(&self) -> crate::backend::BackendInfo {
+            crate::backend::BackendInfo {
+                name: "test-gpu".into(),
+                devices: vec![],
+                transfer: "none".into(),
+                reason: "test".into(),
+                decode: vec![],
+                encoder: "gpu: test".into(),
+                encoder_reason: "test".into(),
+            }
+        }
+        fn allocator(&self) -> Arc<dyn crate::memory::HostAllocator> {
+            Arc::new(crate::memory::HeapAllocator::default())
+        }
+        fn worker(
+            &self,
+            _index: usize,
+        ) -> Result<Box<dyn crate::backend::RenderWorker>, crate::backend::BackendError> {
+            Ok(Box::new(EncodingWorker {
+                format: self.format,
+                cpu: Default::default(),
+                frames: self.frames.clone(),
+            }))
+        }
+        fn default_workers(&self) -> usize {
+            2
+        }
+    }
+
+    impl crate::backend::RenderWorker for EncodingWorker {
+        fn render(
+            &mut self,
+            plan: &crate::render::plan::FramePlan,
+            slot: &mut crate::memory::Slot,
+        ) -> Result<crate::backend::RenderOutcome, crate::backend::RenderError> {
+            use crate::backend::Encoded;
+            use crate::output::options::{OutputFormat, PngFilter};
+            use std::io::Write;
+            let mut pixels = vec![0u8; plan.output_bytes()];
+            let input = slot.input.bytes(plan.input_bytes()).to_vec();
+            let window = self.cpu.render_bytes(plan, &input, &mut pixels)?;
+            let (w, h, ch) = (plan.cols, plan.rows, plan.channels());
+            let cap = plan.output_capacity();
+            let n = 1 + self
+                .frames
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut outcome = crate::backend::RenderOutcome {
+                window,
+                timings: crate::backend::RenderTimings {
+                    compute: std::time::Duration::from_micros(50),
+                    encode: std::time::Duration::from_micros(70),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            match self.format {
+                OutputFormat::Png => {
+                    let mut rows = Vec::new();
+                    crate::output::png::filter_rows(
+                        PngFilter::Adaptive,
+                        &pixels,
+                        w as usize * ch,
+                        ch,
+                        &mut rows,
+                    );
+                    if n % 3 == 0 {
+                        slot.output.bytes_mut(cap).copy_from_slice(&rows);
+                        outcome.png_rows = true;
+                        outcome.timings.encode = std::time::Duration::ZERO;
+                        return Ok(outcome);
+                    }
+                    let mut e =
+                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                    e.write_all(&rows).unwrap();
+                    let member = e.finish().unwrap();
+                    let adler = crate::output::zlib::adler32(&rows);
+                    let mut z = Vec::new();
+                    crate::output::zlib::zlib_from_gzip(
+                        &member,
+                        rows.len() as u64,
+                        adler,
+                        0,
+                        &mut z,
+                    )
+                    .unwrap();
+                    let out = slot.output.bytes_mut(8 + z.len());
+                    out[..8].copy_from_slice(&(z.len() as u64).to_le_bytes());
+                    out[8..].copy_from_slice(&z);
+                    outcome.encoded = Some(Encoded::PngZlib {
+                        offset: 8,
+                        len: z.len(),
+                    });
+                }
+                _ => {
+                    let mut jpeg = Vec::new();
+                    let color = if ch == 1 {
+                        image::ExtendedColorType::L8
+                    } else {
+                        image::ExtendedColorType::Rgb8
+                    };
+                    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90)
+                        .encode(&pixels, w, h, color)
+                        .unwrap();
+                    slot.output.bytes_mut(jpeg.len()).copy_from_slice(&jpeg);
+                    outcome.encoded = Some(Encoded::Jpeg { len: jpeg.len() });
+                }
+            }
+            Ok(outcome)
+        }
+    }
+
+    #[test]
+    fn writers_wrap_what_a_gpu_encoder_left_in_the_slot() {
+        use crate::observe::stats::StageId;
+        use crate::output::options::{OutputFormat, OutputOptions};
+        let dir = crate::scratch_dir("gpu-encoded");
+        let input = dir.join("in");
+        let opts = crate::source::synth::SynthOptions {
+            size: 96,
+            slices: 9,
+            ..Default::default()
+        };
+        crate::source::synth::write_series(&input, &opts).unwrap();
+        let run_with = |backend: Arc<dyn Backend>, format: OutputFormat, out: &str| {
+            let job = Job {
+                pipeline: PipelineOptions {
+                    layout: Layout::Stages,
+                    loaders: 1,
+                    writers: 2,
+                    ..PipelineOptions::default()
+                },
+                output: OutputOptions {
+                    dir: dir.join(out),
+                    format,
+                    ..Default::default()
+                },
+                ..Job::default()
+            };
+            let stats = Stats::new();
+            let result = run(
+                &job,
+                std::slice::from_ref(&input),
+                backend,
+                stats.clone(),
+                Arc::new(AtomicBool::new(false)),
+                None,
+            )
+            .unwrap();
+            assert_eq!(result.exit_code(), 0);
+            (result, stats.snapshot())
+        };
+        let decoded = |out: &str, ext: &str| -> Vec<Vec<u8>> {
+            let mut files: Vec<_> = std::fs::read_dir(dir.join(out))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == ext))
+                .collect();
+            files.sort();
+            files
+                .iter()
+                .map(|p| image::open(p).unwrap().into_bytes())
+                .collect()
+        };
+        let cpu: Arc<dyn Backend> = Arc::new(crate::backend::cpu::CpuBackend::new("test"));
+        run_with(cpu, OutputFormat::Png, "cpu");
+        let gpu: Arc<dyn Backend> = Arc::new(EncodingBackend {
+            format: OutputFormat::Png,
+            frames: Default::default(),
+        });
+        let (result, snap) = run_with(gpu, OutputFormat::Png, "gpu");
+        assert_eq!(result.backend.encoder, "gpu: test");
+        assert_eq!(result.totals.frames_written, 9);
+        // Every third frame (of all workers) fell back to filtered rows: the writers deflated
+        // those.
+        assert_eq!(snap.gpu_encoded_frames, 6);
+        assert!(snap.gpu_encoded_bytes > 0);
+        assert_eq!(snap.stages[StageId::GpuEncode as usize].count, 6);
+        let (a, b) = (decoded("cpu", "png"), decoded("gpu", "png"));
+        assert_eq!(a.len(), 9);
+        assert_eq!(a, b, "pixels of GPU-encoded PNGs differ from the CPU's");
+
+        let jpeg: Arc<dyn Backend> = Arc::new(EncodingBackend {
+            format: OutputFormat::Jpeg,
+            frames: Default::default(),
+        });
+        let (_, snap) = run_with(jpeg, OutputFormat::Jpeg, "jpeg");
+        assert_eq!(snap.gpu_encoded_frames, 9);
+        assert_eq!(decoded("jpeg", "jpg").len(), 9);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

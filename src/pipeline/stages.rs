@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::backend::RenderWorker;
+use crate::backend::{Encoded, RenderWorker};
 use crate::decode::compressed::{self, EncodedFrame, FrameCoding};
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
 use crate::error::Stage;
@@ -42,6 +42,8 @@ pub(crate) struct InFlight {
     device: Option<usize>,
     /// The slot holds PNG-filtered rows, not pixels (`RenderOutcome::png_rows`).
     png_rows: bool,
+    /// The slot holds bytes the GPU compressed (`RenderOutcome::encoded`).
+    encoded: Option<Encoded>,
 }
 
 fn panic_reason(what: &str) -> String {
@@ -658,6 +660,7 @@ fn load_file(
             window: None,
             device: None,
             png_rows: false,
+            encoded: None,
         };
         if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
             ctx.pool.give_back(job.slot);
@@ -701,6 +704,7 @@ struct RenderRecorders {
     transfer_in: crate::observe::stats::Recorder,
     decode: crate::observe::stats::Recorder,
     compute: crate::observe::stats::Recorder,
+    gpu_encode: crate::observe::stats::Recorder,
     transfer_out: crate::observe::stats::Recorder,
 }
 
@@ -710,6 +714,7 @@ impl RenderRecorders {
             transfer_in: ctx.stats.recorder(StageId::TransferIn),
             decode: ctx.stats.recorder(StageId::GpuDecode),
             compute: ctx.stats.recorder(StageId::Compute),
+            gpu_encode: ctx.stats.recorder(StageId::GpuEncode),
             transfer_out: ctx.stats.recorder(StageId::TransferOut),
         }
     }
@@ -736,6 +741,9 @@ fn render_job(
                 rec.decode.record(t.decode);
             }
             rec.compute.record(t.compute);
+            if !t.encode.is_zero() {
+                rec.gpu_encode.record(t.encode);
+            }
             if !t.transfer_out.is_zero() {
                 rec.transfer_out.record(t.transfer_out);
             }
@@ -746,13 +754,17 @@ fn render_job(
                 let t_in = (start + t.transfer_in).min(end);
                 let t_dec = (t_in + t.decode).min(end);
                 let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_dec).max(t_dec);
+                let t_enc = t_out.checked_sub(t.encode).unwrap_or(t_dec).max(t_dec);
                 if !t.transfer_in.is_zero() {
                     tr.span(StageId::TransferIn, &job.label, start, t_in);
                 }
                 if !t.decode.is_zero() {
                     tr.span(StageId::GpuDecode, &job.label, t_in, t_dec);
                 }
-                tr.span(StageId::Compute, &job.label, t_dec, t_out);
+                tr.span(StageId::Compute, &job.label, t_dec, t_enc);
+                if !t.encode.is_zero() {
+                    tr.span(StageId::GpuEncode, &job.label, t_enc, t_out);
+                }
                 if !t.transfer_out.is_zero() {
                     tr.span(StageId::TransferOut, &job.label, t_out, end);
                 }
@@ -760,6 +772,7 @@ fn render_job(
             job.window = outcome.window;
             job.device = outcome.device;
             job.png_rows = outcome.png_rows;
+            job.encoded = outcome.encoded;
             return Some(job);
         }
         Ok(Err(e)) => e.to_string(),
@@ -856,12 +869,22 @@ impl Writer {
             window,
             device,
             png_rows,
+            encoded: gpu_encoded,
         } = job;
         let t0 = Instant::now();
         let encoder = &mut self.encoder;
         let encoded = catch_unwind(AssertUnwindSafe(|| {
             let (cols, rows, channels) = (plan.cols, plan.rows, plan.channels());
-            if png_rows {
+            if let Some(e) = gpu_encoded {
+                // Compressed on the GPU: only the container (PNG) or a copy (JPEG) is left.
+                match e {
+                    Encoded::PngZlib { offset, len } => {
+                        let zlib = &slot.output.bytes(offset + len)[offset..];
+                        encoder.wrap_png_zlib(cols, rows, channels, zlib)
+                    }
+                    Encoded::Jpeg { len } => Ok(encoder.take_bytes(slot.output.bytes(len))),
+                }
+            } else if png_rows {
                 let filtered = slot.output.bytes(plan.output_capacity());
                 encoder.encode_filtered(cols, rows, channels, filtered)
             } else {
@@ -885,7 +908,17 @@ impl Writer {
             );
         };
         match encoded {
-            Ok(Ok(_)) => {}
+            Ok(Ok(len)) => {
+                if let Some(e) = gpu_encoded {
+                    let gpu_bytes = match e {
+                        Encoded::PngZlib { len, .. } | Encoded::Jpeg { len } => len,
+                    };
+                    let t = &ctx.stats.totals;
+                    t.gpu_encoded_frames.fetch_add(1, Ordering::Relaxed);
+                    t.gpu_encoded_bytes
+                        .fetch_add(gpu_bytes.min(len) as u64, Ordering::Relaxed);
+                }
+            }
             Ok(Err(reason)) => {
                 fail(Stage::Encode, reason);
                 return;

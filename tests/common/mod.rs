@@ -15,6 +15,24 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dicomflow")
 }
 
+/// Every file under `dir` (recursively), as paths relative to it, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                v.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
 /// A fresh, empty scratch folder unique to this test process and `name`.
 pub fn tempdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));

@@ -347,12 +347,16 @@ impl App {
     }
 
     /// The stage table, with the bottleneck (highest recent busy % among stages that did
-    /// work, scan excepted) marked.
+    /// work, scan excepted) marked. The GPU encode row appears only once the GPU encodes
+    /// (small terminals keep their rows for the stages every run has).
     pub fn stage_rows(&self) -> Vec<StageRow> {
         let s = &self.snap;
         let mut rows: Vec<StageRow> = StageId::ALL
             .iter()
             .enumerate()
+            .filter(|(i, id)| {
+                **id != StageId::GpuEncode || s.stages.get(*i).is_some_and(|st| st.count > 0)
+            })
             .map(|(i, id)| {
                 let st = s.stages.get(i).cloned().unwrap_or_default();
                 StageRow {
@@ -364,7 +368,7 @@ impl App {
                     p99_ms: st.p99_ms,
                     max_ms: st.max_ms,
                     busy: self.rates.stage_busy(s, i),
-                    present: st.count > 0 || (st.workers > 0 && !id.is_transfer()),
+                    present: st.count > 0 || (st.workers > 0 && !id.is_optional()),
                     bottleneck: false,
                 }
             })
@@ -393,12 +397,13 @@ impl App {
         &self.spark
     }
 
-    /// Share of host→device, kernel and device→host time in rendering, percent.
-    pub fn gpu_split(&self) -> Option<[f64; 3]> {
+    /// Share of host→device, kernel, GPU encode and device→host time in rendering, percent.
+    pub fn gpu_split(&self) -> Option<[f64; 4]> {
         let busy = |id: StageId| self.snap.stage(id).map(|s| s.busy_s).unwrap_or(0.0);
         let parts = [
             busy(StageId::TransferIn),
             busy(StageId::Compute),
+            busy(StageId::GpuEncode),
             busy(StageId::TransferOut),
         ];
         let total: f64 = parts.iter().sum();

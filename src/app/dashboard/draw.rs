@@ -341,6 +341,9 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
                 lines.push(Line::from(format!("{i}: {d}  {frames} fr")));
             }
             lines.push(Line::from(format!("transfer: {}", g.strategy)));
+            if !g.encoder.is_empty() {
+                lines.push(Line::from(format!("encoder: {}", g.encoder)));
+            }
             for (i, p) in g.pools.iter().enumerate() {
                 lines.push(Line::from(format!(
                     "pool {i}: {:.0}/{:.0} MB used/rsv",
@@ -360,6 +363,13 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
             if !g.codecs.is_empty() {
                 lines.push(Line::from(format!("codecs: {}", g.codecs)));
             }
+            if s.gpu_encoded_frames > 0 {
+                lines.push(Line::from(format!(
+                    "GPU encoded: {} fr, {:.0} KB/fr",
+                    s.gpu_encoded_frames,
+                    s.gpu_encoded_bytes as f64 / 1e3 / s.gpu_encoded_frames as f64
+                )));
+            }
         }
         None => {
             title = " Backend ";
@@ -372,8 +382,12 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
             }
         }
     }
-    if let Some([h2d, k, d2h]) = app.gpu_split() {
-        if s.gpu.is_some() {
+    if let Some([h2d, k, enc, d2h]) = app.gpu_split() {
+        if s.gpu.is_some() && enc > 0.0 {
+            lines.push(Line::from(format!(
+                "H2D {h2d:.0}% | kernel {k:.0}% | enc {enc:.0}% | D2H {d2h:.0}%"
+            )));
+        } else if s.gpu.is_some() {
             lines.push(Line::from(format!(
                 "H2D {h2d:.0}% | kernel {k:.0}% | D2H {d2h:.0}%"
             )));

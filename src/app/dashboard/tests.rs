@@ -45,6 +45,10 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         },
         stage(StageId::Compute, done + 5, 1, 0.20, 0.75),
         StageSnapshot {
+            name: "gpu encode".into(),
+            ..Default::default()
+        },
+        StageSnapshot {
             name: "transfer out".into(),
             ..Default::default()
         },
@@ -94,6 +98,8 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         frames_existing: 0,
         bytes_in: 52_428_800,
         bytes_out: 13_000_000,
+        gpu_encoded_frames: 0,
+        gpu_encoded_bytes: 0,
         paused: false,
         finished: false,
     }
@@ -265,12 +271,17 @@ fn gpu_panel_shows_devices_strategy_pools_and_split() {
         pinned_bytes: 32 << 20,
         pinned_alloc_ms: 12.0,
         frames_per_device: vec![125],
+        encoder: "GPU, nvCOMP 6.0.0".into(),
         ..Default::default()
     });
+    s.gpu_encoded_frames = 125;
+    s.gpu_encoded_bytes = 125 * 260_000;
     let all = render(&app(s), 100, 30).join("\n");
     assert!(all.contains(" GPU "), "{all}");
     assert!(all.contains("0: NVIDIA H200  125 fr"), "{all}");
     assert!(all.contains("transfer: zero-copy"));
+    assert!(all.contains("encoder: GPU, nvCOMP 6.0.0"), "{all}");
+    assert!(all.contains("GPU encoded: 125 fr, 260 KB/fr"), "{all}");
     assert!(all.contains("pool 0: 67/268 MB used/rsv"), "{all}");
     assert!(all.contains("H2D 25% | kernel 50% | D2H 25%"), "{all}");
     assert!(!all.contains("CPU backend"));
