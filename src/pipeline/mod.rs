@@ -700,7 +700,7 @@ mod tests {
                         ch,
                         &mut rows,
                     );
-                    if n % 3 == 0 {
+                    if n.is_multiple_of(3) {
                         slot.output.bytes_mut(cap).copy_from_slice(&rows);
                         outcome.png_rows = true;
                         outcome.timings.encode = std::time::Duration::ZERO;
