@@ -5,7 +5,9 @@ use std::io::Write as _;
 
 use crate::app::config::Settings;
 use dicomflow::backend::BackendInfo;
+use dicomflow::error::FatalError;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
+use dicomflow::observe::trace::Tracer;
 use dicomflow::output::atomic::PendingFile;
 use dicomflow::paths::Escaped;
 use dicomflow::pipeline::{FileStatus, RunResult};
@@ -138,6 +140,41 @@ pub struct Report<'a> {
     /// arrival → output latency.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live: Option<&'a LiveSnapshot>,
+}
+
+/// The report and trace files of a run, created before any work: a path that cannot be
+/// written stops the command at once (exit 2) rather than after the run.
+pub struct RunFiles {
+    pub report: Option<PendingFile>,
+    pub tracer: Option<std::sync::Arc<Tracer>>,
+}
+
+impl RunFiles {
+    /// Creates the report at `report` and the trace at `trace`, when given.
+    pub fn create(
+        report: Option<&std::path::Path>,
+        trace: Option<&std::path::Path>,
+    ) -> Result<RunFiles, FatalError> {
+        let report = match report {
+            Some(path) => Some(PendingFile::create(path, true).map_err(|e| {
+                FatalError::Config(format!(
+                    "--report {}: cannot write there: {e}",
+                    Escaped(path)
+                ))
+            })?),
+            None => None,
+        };
+        let tracer = match trace {
+            Some(path) => Some(std::sync::Arc::new(Tracer::create(path).map_err(|e| {
+                FatalError::Config(format!(
+                    "--trace {}: cannot write there: {e}",
+                    Escaped(path)
+                ))
+            })?)),
+            None => None,
+        };
+        Ok(RunFiles { report, tracer })
+    }
 }
 
 /// Writes the JSON report into `file` (created when the run started) and makes it appear,

@@ -10,15 +10,16 @@ use dicomflow::source::listen::finish::Finisher;
 use dicomflow::source::listen::{Listener, Spool};
 use dicomflow::source::live::{Feed, LiveInput, LiveStats};
 
-use super::live::{self, LiveSources, RunFiles};
+use super::live::{self, LiveSources};
 use crate::app::cli::ListenArgs;
 use crate::app::config::Settings;
 use crate::app::print;
+use crate::app::report::RunFiles;
 
 /// Runs `args` until SIGTERM, Ctrl-C or `q`.
 pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, FatalError> {
     let settings = Settings::resolve(args.job.config.as_deref(), &args.to_raw())?;
-    let files = RunFiles::create(&settings)?;
+    let files = RunFiles::create(settings.report.as_deref(), settings.trace.as_deref())?;
     let opts = &settings.listen;
     let out = &settings.job.output.dir;
     std::fs::create_dir_all(out).map_err(|source| FatalError::OutputDir {

@@ -10,46 +10,12 @@ use crossbeam_channel::Receiver;
 
 use dicomflow::error::FatalError;
 use dicomflow::observe::stats::Stats;
-use dicomflow::observe::trace::Tracer;
-use dicomflow::output::atomic::PendingFile;
 use dicomflow::paths::Escaped;
 use dicomflow::source::live::{Done, FeedReceiver, LiveStats};
 
 use crate::app::config::Settings;
-use crate::app::report::{self, ProcessTimes};
+use crate::app::report::{self, ProcessTimes, RunFiles};
 use crate::app::{dashboard, print, signals};
-
-/// The report and trace files of a run, created before anything starts: a path that cannot
-/// be written stops the command at once (exit 2), not after hours of receiving.
-pub struct RunFiles {
-    report: Option<PendingFile>,
-    tracer: Option<Arc<Tracer>>,
-}
-
-impl RunFiles {
-    /// Creates the files `settings` asks for.
-    pub fn create(settings: &Settings) -> Result<RunFiles, FatalError> {
-        let report = match &settings.report {
-            Some(path) => Some(PendingFile::create(path, true).map_err(|e| {
-                FatalError::Config(format!(
-                    "--report {}: cannot write there: {e}",
-                    Escaped(path)
-                ))
-            })?),
-            None => None,
-        };
-        let tracer = match &settings.trace {
-            Some(path) => Some(Arc::new(Tracer::create(path).map_err(|e| {
-                FatalError::Config(format!(
-                    "--trace {}: cannot write there: {e}",
-                    Escaped(path)
-                ))
-            })?)),
-            None => None,
-        };
-        Ok(RunFiles { report, tracer })
-    }
-}
 
 /// The parts of a live run that differ between commands.
 pub struct LiveSources<'a> {

@@ -8,8 +8,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use dicomflow::error::FatalError;
 use dicomflow::observe::stats::Stats;
-use dicomflow::observe::trace::Tracer;
-use dicomflow::output::atomic::PendingFile;
 use dicomflow::paths::Escaped;
 use dicomflow::source::manifest::ManifestPlan;
 use dicomflow::source::shard::{Shard, ShardBy, ShardRequest};
@@ -17,7 +15,7 @@ use dicomflow::source::Sources;
 
 use crate::app::cli::RunArgs;
 use crate::app::config::Settings;
-use crate::app::report::{self, ProcessTimes, ShardSection};
+use crate::app::report::{self, ProcessTimes, RunFiles, ShardSection};
 use crate::app::{dashboard, print, signals};
 
 /// Where a shard's report goes unless `--report` says otherwise, under the output folder.
@@ -97,24 +95,10 @@ pub fn execute(
     if let Some(s) = sources.shard().filter(|_| args.shard.is_some()) {
         tracing::info!(shard = %s, "rendering shard {} of {}", s.index, s.count);
     }
-    let report_file = match &report_path {
-        Some(path) => Some(PendingFile::create(path, true).map_err(|e| {
-            FatalError::Config(format!(
-                "--report {}: cannot write there: {e}",
-                Escaped(path)
-            ))
-        })?),
-        None => None,
-    };
-    let tracer = match &settings.trace {
-        Some(path) => Some(Arc::new(Tracer::create(path).map_err(|e| {
-            FatalError::Config(format!(
-                "--trace {}: cannot write there: {e}",
-                Escaped(path)
-            ))
-        })?)),
-        None => None,
-    };
+    let RunFiles {
+        report: report_file,
+        tracer,
+    } = RunFiles::create(report_path.as_deref(), settings.trace.as_deref())?;
     let backend =
         dicomflow::pipeline::select_backend_for(&settings.backend, &settings.job, &sources)?;
     // Kept alive to the end: the process exits without tearing the driver down.
