@@ -22,6 +22,7 @@ use crate::backend::Backend;
 use crate::error::FatalError;
 use crate::observe::stats::{Stats, ThreadLayout};
 use crate::observe::trace::Tracer;
+use crate::source::live::{Done, FeedReceiver};
 use crate::source::Sources;
 use options::{Job, Layout, PipelineOptions};
 
@@ -144,6 +145,9 @@ impl Sizing {
 /// Shared, read-only context of the stage threads.
 pub(crate) struct Context<'a> {
     pub job: &'a Job,
+    /// Inputs arrive while the run goes on (no output claims: a name that arrives again is
+    /// rendered again).
+    pub live: bool,
     pub stats: Arc<Stats>,
     pub cancel: Arc<AtomicBool>,
     pub pool: SlotPool,
@@ -192,6 +196,39 @@ fn check_output_dir(out: &std::path::Path, inputs: &[PathBuf]) -> Result<(), Fat
     Ok(())
 }
 
+/// Where a run's inputs come from.
+enum Inputs<'a> {
+    /// Files and folders walked once (all, a shard, or a manifest's shard).
+    Sources(&'a Sources),
+    /// Inputs that arrive while the run goes on; each one's outcome goes to `done`.
+    Live {
+        feed: &'a FeedReceiver,
+        done: crossbeam_channel::Sender<Done>,
+    },
+}
+
+/// What the scan stage reads.
+enum Scan<'a> {
+    Walk(&'a Sources),
+    Feed(&'a FeedReceiver),
+}
+
+/// Processes inputs as they arrive from `feed` until it ends (its sources stopped and every
+/// input is done), sending each one's outcome on `done` as soon as its outputs are written.
+/// The result lists only failed files (the first ones); its totals count every file.
+pub fn run_live(
+    job: &Job,
+    feed: &FeedReceiver,
+    done: crossbeam_channel::Sender<Done>,
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
+    let inputs = Inputs::Live { feed, done };
+    run_inputs(job, inputs, backend, stats, cancel, tracer)
+}
+
 /// Processes `inputs` with `backend` and returns what happened to every file.
 /// `cancel` stops loading new frames (in-flight frames are finished, nothing partial is left).
 pub fn run(
@@ -216,6 +253,24 @@ pub fn run_sources(
     cancel: Arc<AtomicBool>,
     tracer: Option<Arc<Tracer>>,
 ) -> Result<RunResult, FatalError> {
+    run_inputs(
+        job,
+        Inputs::Sources(sources),
+        backend,
+        stats,
+        cancel,
+        tracer,
+    )
+}
+
+fn run_inputs(
+    job: &Job,
+    inputs: Inputs,
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
     let started = Instant::now();
     let sizing = Sizing::of(&job.pipeline, backend.as_ref());
     if sizing.shared && job.pipeline.loaders > 0 {
@@ -224,7 +279,9 @@ pub fn run_sources(
             job.pipeline.loaders
         );
     }
-    check_output_dir(&job.output.dir, &sources.roots())?;
+    if let Inputs::Sources(sources) = &inputs {
+        check_output_dir(&job.output.dir, &sources.roots())?;
+    }
     std::fs::create_dir_all(&job.output.dir).map_err(|source| FatalError::OutputDir {
         path: job.output.dir.clone(),
         source,
@@ -320,9 +377,18 @@ pub fn run_sources(
         files: crate::output::atomic::OutputFiles::new(job.output.sync),
         tracer,
         backend: backend.clone(),
+        live: matches!(inputs, Inputs::Live { .. }),
     };
 
     let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone());
+    // What the scan stage reads; a live run's outcomes go to `done` from the collector.
+    let scan = match inputs {
+        Inputs::Sources(sources) => Scan::Walk(sources),
+        Inputs::Live { feed, done } => {
+            collector = collector.live(done);
+            Scan::Feed(feed)
+        }
+    };
     std::thread::scope(|s| -> Result<(), FatalError> {
         let event_tx = event_tx;
         let ctx = &ctx;
@@ -339,7 +405,14 @@ pub fn run_sources(
         )?;
         spawn_named(s, "scan".into(), {
             let ev = event_tx.clone();
-            Box::new(move || stages::scan_stage(ctx, sources, scan_tx, ev))
+            match scan {
+                Scan::Walk(sources) => {
+                    Box::new(move || stages::scan_stage(ctx, sources, scan_tx, ev))
+                }
+                Scan::Feed(feed) => {
+                    Box::new(move || stages::live_scan_stage(ctx, feed, scan_tx, ev))
+                }
+            }
         })?;
         for i in 0..sizing.loaders {
             let (rx, tx, ev) = (scan_rx.clone(), load_tx.clone(), event_tx.clone());
@@ -627,7 +700,7 @@ mod tests {
                         ch,
                         &mut rows,
                     );
-                    if n % 3 == 0 {
+                    if n.is_multiple_of(3) {
                         slot.output.bytes_mut(cap).copy_from_slice(&rows);
                         outcome.png_rows = true;
                         outcome.timings.encode = std::time::Duration::ZERO;

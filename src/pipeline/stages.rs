@@ -28,7 +28,8 @@ use crate::paths::Escaped;
 use crate::pipeline::events::{Event, FileMeta};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
-use crate::source::{Candidate, ScanItem, Sources};
+use crate::source::live::FeedReceiver;
+use crate::source::{self, Candidate, ScanItem, Sources};
 
 /// One frame in flight: its slot, its plan, and where it goes.
 pub(crate) struct InFlight {
@@ -111,34 +112,80 @@ pub(crate) fn scan_stage(
             t.span(StageId::Scan, &Escaped(path).to_string(), last, now);
         }
         ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
-        let ok = match item {
-            ScanItem::Skipped { path, reason } => {
-                events.send(Event::Skipped { path, reason }).is_ok()
-            }
-            ScanItem::Error { path, reason } => send_failure(
-                ctx,
-                &events,
-                Event::FileFailed {
-                    id: None,
-                    path,
-                    stage: Stage::Scan,
-                    reason,
-                },
-            ),
-            ScanItem::NotStarted { path } => events.send(Event::FileNotStarted { path }).is_ok(),
-            // Probed as the cancel came: not started either.
-            ScanItem::Dicom(c) if ctx.cancel.load(Ordering::Relaxed) => {
-                events.send(Event::FileNotStarted { path: c.path }).is_ok()
-            }
-            ScanItem::Dicom(c) => match assign_output(ctx, c, &events) {
-                Some(c) => tx.send(ScanItem::Dicom(c)).is_ok(),
-                // Reported: the file failed, or is no image.
-                None => true,
-            },
-        };
+        let ok = hand_on(ctx, item, None, &tx, &events);
         last = Instant::now();
         ok
     });
+}
+
+/// Sends what the scan found on: candidates (with their output names) to the loaders, the
+/// others to the collector. `id`: the file's, when it has one before it is opened, as a live
+/// input does. False when the run is ending.
+fn hand_on(
+    ctx: &Context,
+    item: ScanItem,
+    id: Option<usize>,
+    tx: &Sender<ScanItem>,
+    events: &Sender<Event>,
+) -> bool {
+    match item {
+        ScanItem::Skipped { path, reason } => {
+            events.send(Event::Skipped { id, path, reason }).is_ok()
+        }
+        ScanItem::Error { path, reason } => send_failure(
+            ctx,
+            events,
+            Event::FileFailed {
+                id,
+                path,
+                stage: Stage::Scan,
+                reason,
+            },
+        ),
+        ScanItem::NotStarted { path } => events.send(Event::FileNotStarted { path }).is_ok(),
+        // Probed as the cancel came: not started either.
+        ScanItem::Dicom(c) if ctx.cancel.load(Ordering::Relaxed) => {
+            events.send(Event::FileNotStarted { path: c.path }).is_ok()
+        }
+        ScanItem::Dicom(c) => match assign_output(ctx, c, events) {
+            Some(c) => tx.send(ScanItem::Dicom(c)).is_ok(),
+            // Reported: the file failed, or is no image.
+            None => true,
+        },
+    }
+}
+
+/// The scan stage of a run whose inputs arrive while it goes on: each arrival becomes a
+/// candidate (announced to the collector first, so its outcome can be reported back), until
+/// the feed ends.
+pub(crate) fn live_scan_stage(
+    ctx: &Context,
+    feed: &FeedReceiver,
+    tx: Sender<ScanItem>,
+    events: Sender<Event>,
+) {
+    let rec = ctx.stats.recorder(StageId::Scan);
+    let mut next_id = 0usize;
+    while let Some(input) = feed.next(&ctx.cancel) {
+        let t0 = Instant::now();
+        let id = next_id;
+        next_id += 1;
+        ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
+        let (path, rel, skip_existing) =
+            (input.path.clone(), input.rel.clone(), input.skip_existing);
+        if events.send(Event::Arrived { id, input }).is_err() {
+            return;
+        }
+        let mut item = source::classify_as(id, path, rel);
+        if let ScanItem::Dicom(c) = &mut item {
+            c.skip_existing = skip_existing;
+        }
+        let ok = hand_on(ctx, item, Some(id), &tx, &events);
+        rec.record(t0.elapsed());
+        if !ok {
+            return;
+        }
+    }
 }
 
 /// Gives candidate `c` its output name, in scan order (the first input to want a name keeps
@@ -162,7 +209,14 @@ fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Opt
     let event = match base {
         Ok(base) => {
             let full = ctx.job.output.dir.join(&base);
-            match ctx.outputs.reserve(&full, c.id, &c.path) {
+            // A live run renders a name again when it arrives again (a re-sent instance, a
+            // file written anew): later arrivals replace earlier outputs, in arrival order.
+            let reserved = if ctx.live {
+                Ok(())
+            } else {
+                ctx.outputs.reserve(&full, c.id, &c.path)
+            };
+            match reserved {
                 Ok(()) => {
                     c.base = Some(base);
                     return Some(c);
@@ -176,6 +230,7 @@ fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Opt
             }
         }
         Err(DecodeError::Skip(reason)) => Event::Skipped {
+            id: Some(c.id),
             path: c.path.clone(),
             reason,
         },
@@ -443,6 +498,7 @@ fn load_file(
         Ok(f) => f,
         Err(DecodeError::Skip(reason)) => {
             let _ = events.send(Event::Skipped {
+                id: Some(c.id),
                 path: c.path.clone(),
                 reason,
             });
@@ -467,6 +523,7 @@ fn load_file(
     let selected = selection.count(info.frames);
     if selected == 0 {
         let _ = events.send(Event::Skipped {
+            id: Some(c.id),
             path: c.path.clone(),
             reason: format!(
                 "frames = \"{selection}\" selects none of its {} frame(s)",
@@ -534,12 +591,18 @@ fn load_file(
                 },
             );
         };
-        if let Err(reason) = ctx.outputs.claim(&output, info.frames, c.id, &c.path) {
+        let claimed = if ctx.live {
+            // No claims (see `assign_output`), but never over the input itself.
+            ctx.outputs.not_the_input(&output, c.key)
+        } else {
+            ctx.outputs.claim(&output, info.frames, c.id, &c.path)
+        };
+        if let Err(reason) = claimed {
             fail(Stage::Write, reason);
             continue;
         }
         let planned = plan_frame(&info, frame, &ctx.job.render);
-        if ctx.job.output.skip_existing {
+        if ctx.job.output.skip_existing || c.skip_existing {
             // The output the plan makes (operators change its size, window channels its
             // channels); the frame's own when the plan fails (which is reported below).
             let (cols, rows, channels) = match &planned {

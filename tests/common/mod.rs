@@ -41,6 +41,22 @@ pub fn tempdir(name: &str) -> PathBuf {
     d
 }
 
+/// A PNG that decodes to its end (not cut short).
+pub fn decodes_completely(path: &std::path::Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let decoder = png::Decoder::new(std::io::BufReader::new(file));
+    let Ok(mut reader) = decoder.read_info() else {
+        return false;
+    };
+    let Some(size) = reader.output_buffer_size() else {
+        return false;
+    };
+    let mut buf = vec![0; size];
+    reader.next_frame(&mut buf).is_ok() && reader.finish().is_ok()
+}
+
 /// Every file under `dir` (relative path → bytes), leaving out the run's own `.dicomflow`
 /// folder (shard reports): what two runs' outputs are compared by.
 pub fn output_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {

@@ -375,6 +375,7 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
         display: Display::Quiet,
         tick: Duration::from_millis(10),
         log_file: PathBuf::from("unused.log"),
+        live: None,
     };
     let started = std::time::Instant::now();
     let r = supervise(&opts, &stats, &cancel, Some(&tracer), || {
@@ -402,6 +403,71 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
         supervise(&opts, &stats, &cancel, None, || -> u32 { panic!("boom") })
     });
     assert!(panicked.is_err());
+}
+
+#[test]
+fn a_live_run_shows_arrivals_latency_associations_and_senders_and_no_eta() {
+    use dicomflow::source::live::{LiveSnapshot, SenderCounts};
+    let mut l = LiveSnapshot {
+        arrivals: 100,
+        pending: 3,
+        associations_open: 2,
+        associations_total: 5,
+        associations_refused: 1,
+        refused: 2,
+        rendered: 95,
+        skipped: 1,
+        failed: 1,
+        latency_ms: Some([4.1, 6.0, 9.2, 20.0]),
+        elapsed_s: 1.0,
+        ..Default::default()
+    };
+    l.senders.insert(
+        "CT1@10.0.0.5".into(),
+        SenderCounts {
+            received: 60,
+            refused: 2,
+            bytes: 31_000_000,
+        },
+    );
+    l.senders.insert(
+        "PACS@10.0.0.9".into(),
+        SenderCounts {
+            received: 40,
+            refused: 0,
+            bytes: 20_000_000,
+        },
+    );
+    let mut live = super::app::Live::default();
+    live.update(l.clone());
+    l.elapsed_s = 2.0;
+    l.arrivals = 160;
+    live.update(l);
+    // 60 arrivals in the last second.
+    assert_eq!(live.arrivals_per_s(), 60.0);
+    let line = live.line(0);
+    assert!(
+        line.starts_with("arrivals 160 (60/s) rendered 95 waiting 3 latency 4.10/6.00/9.20 ms"),
+        "{line}"
+    );
+    assert!(!line.contains("ETA"));
+    let mut a = app(snapshot(2.0, 120));
+    a.live = Some(live);
+    let lines = render(&a, 110, 32);
+    let all = lines.join("\n");
+    for want in [
+        "LIVE",
+        "arrivals 160 (60/s)",
+        "Ingest",
+        "assoc 2 open, 5 total, 1 refused",
+        "latency 4.10/6.00/9.20 ms",
+        "CT1@10.0.0.5  60 (31.0 MB)  refused 2",
+        "PACS@10.0.0.9  40",
+    ] {
+        assert!(all.contains(want), "no {want:?} in\n{all}");
+    }
+    assert!(!all.contains("ETA"), "{all}");
+    assert!(!all.contains("frames 120/200"), "{all}");
 }
 
 #[test]
