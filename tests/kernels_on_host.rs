@@ -203,7 +203,7 @@ fn operator_kernels_equal_the_cpu_reference() {
                                     interpolation: how,
                                     rotate,
                                     flip,
-                                    invert: n % 3 == 0,
+                                    invert: n.is_multiple_of(3),
                                 };
                                 let Some(op) = o.resolve(w, h).unwrap() else {
                                     continue;
