@@ -297,7 +297,7 @@ impl ImageFile {
 /// Codecs dicomflow implements itself (bit-exact with DCMTK, pure Rust).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OwnCodec {
-    /// JPEG baseline / extended (8 and 12 bit), IJG-exact.
+    /// JPEG baseline / extended (8 and 12 bit) and lossless (process 14), IJG-exact.
     Jpeg,
     JpegLs,
 }
@@ -305,7 +305,9 @@ enum OwnCodec {
 impl OwnCodec {
     fn of(ts: &str) -> Option<OwnCodec> {
         match ts {
-            JPEG_BASELINE | JPEG_EXTENDED => Some(OwnCodec::Jpeg),
+            JPEG_BASELINE | JPEG_EXTENDED | JPEG_LOSSLESS | JPEG_LOSSLESS_SV1 => {
+                Some(OwnCodec::Jpeg)
+            }
             JPEG_LS_LOSSLESS | JPEG_LS_NEAR_LOSSLESS => Some(OwnCodec::JpegLs),
             _ => None,
         }
@@ -314,6 +316,8 @@ impl OwnCodec {
 
 const JPEG_BASELINE: &str = "1.2.840.10008.1.2.4.50";
 const JPEG_EXTENDED: &str = "1.2.840.10008.1.2.4.51";
+const JPEG_LOSSLESS: &str = "1.2.840.10008.1.2.4.57";
+const JPEG_LOSSLESS_SV1: &str = "1.2.840.10008.1.2.4.70";
 const JPEG_LS_LOSSLESS: &str = "1.2.840.10008.1.2.4.80";
 const JPEG_LS_NEAR_LOSSLESS: &str = "1.2.840.10008.1.2.4.81";
 

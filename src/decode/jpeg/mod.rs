@@ -22,14 +22,18 @@
 //! which returns the decoded components untouched. The caller passes that decision as
 //! `convert_ycbcr`.
 //!
-//! Progressive, arithmetic-coded, lossless and hierarchical JPEG are rejected with an
-//! "unsupported" error; files DCMTK cannot decode either (missing EOI, truncated headers)
-//! are rejected too, so both decoders fail on the same inputs.
+//! Lossless JPEG (process 14, SOF3) follows DCMTK's lossless IJG extension (see
+//! [`lossless`]), point transform included.
+//!
+//! Progressive, arithmetic-coded and hierarchical JPEG are rejected with an "unsupported"
+//! error; files DCMTK cannot decode either (missing EOI, truncated headers) are rejected too,
+//! so both decoders fail on the same inputs.
 
 mod color;
 mod frame;
 mod huffman;
 mod idct;
+mod lossless;
 mod markers;
 mod scan;
 mod upsample;
@@ -39,6 +43,7 @@ mod tests;
 
 use frame::Frame;
 use huffman::HuffSpec;
+use lossless::LosslessFrame;
 use markers::Cursor;
 
 /// Geometry of a decoded image; the samples themselves go to the caller's buffer.
@@ -47,9 +52,9 @@ pub struct JpegImage {
     pub width: u32,
     pub height: u32,
     pub components: u8,
-    /// 8 or 12.
+    /// 8 or 12 for DCT frames; 2 to 16 for lossless frames.
     pub precision: u8,
-    /// True when YCbCr was converted to RGB (3 components and `convert_ycbcr`).
+    /// True when YCbCr was converted to RGB (3 components, `convert_ycbcr`, DCT frames).
     pub converted_to_rgb: bool,
 }
 
@@ -86,33 +91,57 @@ struct Tables {
 /// (DCMTK's default when the DICOM PhotometricInterpretation is YBR_*); when false, return
 /// the component samples unconverted (but still upsampled).
 ///
+/// Lossless frames are never colour-converted (DCMTK decodes them with `JCS_UNKNOWN`
+/// unless told otherwise, and the DICOM header then says RGB).
+///
 /// `out` is cleared and receives interleaved samples, native-endian: one byte per sample for
-/// precision 8, two bytes (u16) per sample for precision 12.
+/// precision up to 8, two bytes (u16) per sample above.
 pub fn decode(data: &[u8], convert_ycbcr: bool, out: &mut Vec<u8>) -> Result<JpegImage, JpegError> {
     out.clear();
-    let frame = read_stream(data)?;
-    let converted_to_rgb = convert_ycbcr && frame.comps.len() == 3;
-    let planes = frame.reconstruct_planes()?;
-    upsample::write_output(&frame, &planes, converted_to_rgb, out)?;
-    Ok(JpegImage {
-        width: frame.width as u32,
-        height: frame.height as u32,
-        components: frame.comps.len() as u8,
-        precision: frame.precision,
-        converted_to_rgb,
-    })
+    match read_stream(data)? {
+        Decoded::Dct(frame) => {
+            let converted_to_rgb = convert_ycbcr && frame.comps.len() == 3;
+            let planes = frame.reconstruct_planes()?;
+            upsample::write_output(&frame, &planes, converted_to_rgb, out)?;
+            Ok(JpegImage {
+                width: frame.width as u32,
+                height: frame.height as u32,
+                components: frame.comps.len() as u8,
+                precision: frame.precision,
+                converted_to_rgb,
+            })
+        }
+        Decoded::Lossless(frame) => {
+            frame.write_output(out);
+            Ok(JpegImage {
+                width: frame.width as u32,
+                height: frame.height as u32,
+                components: frame.ids.len() as u8,
+                precision: frame.precision,
+                converted_to_rgb: false,
+            })
+        }
+    }
 }
 
-/// Walks the marker stream (IJG `read_markers`) and entropy-decodes every scan into the
-/// frame's coefficient arrays.
-fn read_stream(data: &[u8]) -> Result<Frame> {
+/// A frame whose scans have all been entropy-decoded.
+enum Decoded {
+    /// Sequential DCT: coefficients, still to be transformed and upsampled.
+    Dct(Frame),
+    /// Lossless: output samples.
+    Lossless(LosslessFrame),
+}
+
+/// Walks the marker stream (IJG `read_markers`) and entropy-decodes every scan, into the
+/// frame's coefficient arrays (DCT) or sample planes (lossless).
+fn read_stream(data: &[u8]) -> Result<Decoded> {
     // IJG's first_marker(): the stream must start with SOI, no garbage allowed before it.
     if data.get(..2) != Some(&[0xFF, markers::SOI][..]) {
         return err("not a JPEG stream (no SOI marker)");
     }
     let mut cur = Cursor::new(data, 2);
     let mut tables = Tables::default();
-    let mut frame: Option<Frame> = None;
+    let mut frame: Option<Decoded> = None;
     let mut scans = 0usize;
     let mut single_scan = false;
     let mut pending: Option<u8> = None;
@@ -126,14 +155,23 @@ fn read_stream(data: &[u8]) -> Result<Frame> {
                 let Some(frame) = frame.as_mut() else {
                     return err("SOS marker before any SOF marker");
                 };
-                let header = markers::read_sos(&mut cur, frame)?;
+                let ids: Vec<u8> = match frame {
+                    Decoded::Dct(f) => f.comps.iter().map(|c| c.id).collect(),
+                    Decoded::Lossless(f) => f.ids.clone(),
+                };
+                let header = markers::read_sos(&mut cur, &ids)?;
                 if scans == 0 {
                     // IJG: a first scan holding every component means a single-scan image.
-                    single_scan = header.comps.len() == frame.comps.len();
+                    single_scan = header.comps.len() == ids.len();
                 } else if single_scan {
                     return err("unexpected second scan in a single-scan image (EOI expected)");
                 }
-                let (pos, next) = scan::decode_scan(frame, &header, &tables, data, cur.pos)?;
+                let (pos, next) = match frame {
+                    Decoded::Dct(f) => scan::decode_scan(f, &header, &tables, data, cur.pos)?,
+                    Decoded::Lossless(f) => {
+                        lossless::decode_scan(f, &header, &tables, data, cur.pos)?
+                    }
+                };
                 cur.pos = pos;
                 pending = next;
                 scans += 1;
@@ -143,7 +181,12 @@ fn read_stream(data: &[u8]) -> Result<Frame> {
                 if frame.is_some() {
                     return err("duplicate SOF marker");
                 }
-                frame = Some(Frame::new(markers::read_sof(&mut cur, m)?)?);
+                let header = markers::read_sof(&mut cur, m)?;
+                frame = Some(if header.lossless {
+                    Decoded::Lossless(LosslessFrame::new(header)?)
+                } else {
+                    Decoded::Dct(Frame::new(header)?)
+                });
             }
             m => markers::read_table_or_skip(&mut cur, m, &mut tables)?,
         }
