@@ -13,7 +13,6 @@ pub mod jpegls;
 mod native;
 pub mod probe;
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// Explicit VR Big Endian (retired, still found in archives).
@@ -64,11 +63,7 @@ fn is_deflate(ts: &str) -> bool {
 /// Where a file's pixel data will come from.
 enum PixelSource {
     /// Native pixel data at a known file offset, read straight into slots.
-    Native {
-        file: File,
-        offset: u64,
-        big_endian: bool,
-    },
+    Native(native::Located),
     /// A fully parsed object: deflated data sets, encapsulated (compressed) pixel data, and
     /// native data whose position could not be established cheaply.
     Object(Box<DefaultDicomObject>),
@@ -163,13 +158,9 @@ impl ImageFile {
         }
 
         let source = match native_byte_order(&info.transfer_syntax) {
-            Some(big_endian) if !bare => {
+            Some(_) if !bare => {
                 match native::locate_pixel_data(path, &info, &info.transfer_syntax) {
-                    Ok(Some((file, offset))) => PixelSource::Native {
-                        file,
-                        offset,
-                        big_endian,
-                    },
+                    Ok(Some(located)) => PixelSource::Native(located),
                     Ok(None) => PixelSource::Object(Box::new(open_full(path)?)),
                     Err(e) => return Err(fail(format!("cannot read pixel data: {e}"))),
                 }
@@ -215,15 +206,10 @@ impl ImageFile {
         }
         let bits = self.info.bits_allocated;
         match &mut self.source {
-            PixelSource::Native {
-                file,
-                offset,
-                big_endian,
-            } => {
-                let at = *offset + frame as u64 * frame_bytes as u64;
-                native::read_exact_at(file, dst, at)
+            PixelSource::Native(located) => {
+                located
+                    .read_frame(frame, bits, dst, scratch)
                     .map_err(|e| format!("reading {frame_bytes} bytes of pixel data: {e}"))?;
-                native::to_native_order(dst, bits, *big_endian);
             }
             PixelSource::Object(obj) => {
                 let ts_uid = obj.meta().transfer_syntax().to_string();
@@ -280,7 +266,9 @@ impl ImageFile {
                             )
                         })?;
                         dst.copy_from_slice(src);
-                        // dicom-rs keeps primitive values in native order after parsing.
+                        // dicom-rs keeps primitive values in native order after parsing: a
+                        // big-endian OW value has had its 16-bit words swapped, an OB value
+                        // is untouched, which is how DCMTK reads them too (see `native`).
                     }
                 }
             }
