@@ -121,3 +121,72 @@ fn big_endian_pixel_data_gives_the_true_pixels() {
         "both the in-place read and the parsed object are covered"
     );
 }
+
+/// Runs the binary over `dir` with a JSON report; returns (exit code, report).
+pub fn run_with_report(dir: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let out = common::tempdir(&format!(
+        "wild-{}",
+        dir.file_name().unwrap().to_string_lossy()
+    ));
+    let report = out.join("report.json");
+    let status = std::process::Command::new(common::bin())
+        .arg("run")
+        .arg(dir)
+        .arg("-o")
+        .arg(out.join("png"))
+        .args(["-q", "--no-tui", "--report"])
+        .arg(&report)
+        .args(extra)
+        .status()
+        .unwrap();
+    let json = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    (status.code(), json)
+}
+
+/// (status, first failure reason) of every file in a report, by file name.
+pub fn statuses(
+    report: &serde_json::Value,
+) -> std::collections::BTreeMap<String, (String, String)> {
+    report["result"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let name = Path::new(f["path"].as_str().unwrap())
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let reason = f["failures"]
+                .get(0)
+                .map(|x| x["reason"].as_str().unwrap_or_default().to_string())
+                .unwrap_or_default();
+            (name, (f["status"].as_str().unwrap().to_string(), reason))
+        })
+        .collect()
+}
+
+fn damaged() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/damaged")
+}
+
+/// Cause 3: a file with Pixel Data (or an image SOP class) that cannot be rendered is a
+/// failure with a reason and exit code 1, never "skipped (not an image)" with exit 0.
+#[test]
+fn damaged_images_are_failures_not_skips() {
+    let (code, report) = run_with_report(&damaged(), &["--backend", "cpu"]);
+    assert_eq!(code, Some(1), "some inputs failed: exit 1");
+    let got = statuses(&report);
+    for (file, reason) in [
+        ("no_rows_columns.dcm", "Pixel Data without Rows and Columns"),
+        ("no_pixel_data.dcm", "no Pixel Data"),
+        ("damaged_preamble.dcm", "damaged DICOM file"),
+    ] {
+        let (status, why) = got
+            .get(file)
+            .unwrap_or_else(|| panic!("{file} missing from the report"));
+        assert_eq!(status, "failed", "{file}: {why}");
+        assert!(why.contains(reason), "{file}: reason {why:?}");
+    }
+}

@@ -184,9 +184,24 @@ fn short_vr(vr: &[u8; 2]) -> bool {
     )
 }
 
+/// What the walk saw on its way (as far as it got).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Walk {
+    /// A top-level Pixel Data, Float Pixel Data or Double Float Pixel Data element: the file
+    /// is an image, whatever else is wrong with it.
+    pub pixel_data: bool,
+}
+
 /// Checks the file meta group and the data set of a file [`probe`](super::probe) found to be
-/// DICOM. Returns why the file must not be parsed, or `Ok` (also when the check gave up).
-pub fn check_structure(path: &Path, kind: &Probe) -> Result<(), String> {
+/// DICOM. Returns why the file must not be parsed, or what the walk saw (also when it gave
+/// up early).
+pub fn check_structure(path: &Path, kind: &Probe) -> Result<Walk, String> {
+    let mut walk = Walk::default();
+    check_file(path, kind, &mut walk)?;
+    Ok(walk)
+}
+
+fn check_file(path: &Path, kind: &Probe, walk: &mut Walk) -> Result<(), String> {
     let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
     let size = file
         .metadata()
@@ -210,14 +225,14 @@ pub fn check_structure(path: &Path, kind: &Probe) -> Result<(), String> {
     };
     let ts = trim_uid(&ts);
     if let Some(adapter) = deflate_adapter(ts) {
-        return check_deflated(path, src.pos, adapter);
+        return check_deflated(path, src.pos, adapter, walk);
     }
     let (explicit, be) = match ts {
         IMPLICIT_VR_LE => (false, false),
         EXPLICIT_VR_BE => (true, true),
         _ => (true, false),
     };
-    check_dataset(&mut src, explicit, be)
+    check_dataset(&mut src, explicit, be, walk)
 }
 
 /// A transfer syntax UID as dicom-rs reads it: trailing whitespace of any kind and NULs go
@@ -242,7 +257,12 @@ fn deflate_adapter(ts: &str) -> Option<&'static dyn DataRWAdapter> {
 /// `start` of the file): one pass counts the bytes that inflate (up to the end or the first
 /// corrupt byte), a second walks them. dicom-rs allocates lengths read from inflated bytes
 /// as it does from plain ones.
-fn check_deflated(path: &Path, start: u64, adapter: &dyn DataRWAdapter) -> Result<(), String> {
+fn check_deflated(
+    path: &Path,
+    start: u64,
+    adapter: &dyn DataRWAdapter,
+    walk: &mut Walk,
+) -> Result<(), String> {
     let open = || -> Result<Box<dyn Read>, String> {
         let mut f = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
         f.seek(SeekFrom::Start(start))
@@ -265,7 +285,7 @@ fn check_deflated(path: &Path, start: u64, adapter: &dyn DataRWAdapter) -> Resul
         },
         size,
     );
-    check_dataset(&mut src, true, false)
+    check_dataset(&mut src, true, false, walk)
 }
 
 /// Walks the meta group as dicom-rs reads it (explicit VR little endian, unknown VRs with the
@@ -388,7 +408,7 @@ fn value_unit(vr: dicom_core::VR) -> u32 {
 /// Walks the data set with the state machine of dicom-rs's `DataSetReader` (which decides
 /// where every value lies and how much is allocated for it), without reading values. Stops
 /// with `Ok` where dicom-rs would stop with an error of its own.
-fn check_dataset(src: &mut Src, explicit: bool, be: bool) -> Result<(), String> {
+fn check_dataset(src: &mut Src, explicit: bool, be: bool, walk: &mut Walk) -> Result<(), String> {
     let mut stack: Vec<Open> = Vec::new();
     let mut in_sequence = false;
     let mut pending = false; // dicom-rs's `delimiter_check_pending`
@@ -489,6 +509,9 @@ fn check_dataset(src: &mut Src, explicit: bool, be: bool) -> Result<(), String> 
             return Ok(()); // end of the data set
         };
         let (group, element) = tag_of(t);
+        if stack.is_empty() && group == 0x7fe0 && matches!(element, 0x0008 | 0x0009 | 0x0010) {
+            walk.pixel_data = true;
+        }
         let (vr, len) = if group == 0xfffe || !explicit {
             let Some(l) = src.take::<4>()? else {
                 return Ok(());
@@ -977,7 +1000,7 @@ mod tests {
             },
         );
         let _ = std::fs::remove_file(&path);
-        r
+        r.map(|_| ())
     }
 
     fn nested(depth: usize) -> Vec<u8> {

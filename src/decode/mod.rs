@@ -90,7 +90,7 @@ impl ImageFile {
     pub fn open(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<ImageFile, DecodeError> {
         // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
         // the stack (an abort, not a catchable panic): refuse them before it parses.
-        guard::check_structure(path, &kind).map_err(fail)?;
+        let walk = guard::check_structure(path, &kind).map_err(fail)?;
         let (header, ts, bare) = match kind {
             Probe::FileMeta => {
                 let obj = OpenFileOptions::new()
@@ -129,14 +129,24 @@ impl ImageFile {
                 "DICOMDIR (media storage directory), not an image".into(),
             ));
         }
+        let sop = info::opt_str(dataset, tags::SOP_CLASS_UID);
         let has_pixel_tags =
             dataset.get(tags::ROWS).is_some() || dataset.get(tags::COLUMNS).is_some();
         if !has_pixel_tags {
-            let sop = info::opt_str(dataset, tags::SOP_CLASS_UID).unwrap_or_default();
-            return Err(DecodeError::Skip(format!(
-                "no image (no Rows/Columns/Pixel Data; SOP class {})",
-                if sop.is_empty() { "unknown" } else { &sop }
-            )));
+            // Pixel Data (or an image SOP class) makes it an image that cannot be rendered, a
+            // failure; anything else is not an image at all.
+            return Err(
+                match (walk.pixel_data, sop.as_deref().and_then(image_class_name)) {
+                    (true, _) => fail("Pixel Data without Rows and Columns"),
+                    (false, Some(name)) => fail(format!(
+                        "{name} without Rows, Columns or Pixel Data (truncated or damaged?)"
+                    )),
+                    (false, None) => DecodeError::Skip(format!(
+                        "no image (no Rows/Columns/Pixel Data; SOP class {})",
+                        sop.as_deref().unwrap_or("unknown")
+                    )),
+                },
+            );
         }
         let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
         if native_byte_order(&info.transfer_syntax).is_none() && !is_deflate(&info.transfer_syntax)
@@ -178,7 +188,13 @@ impl ImageFile {
             }
         };
         if let PixelSource::Object(obj) = &source {
-            guard::check_pixel_data(obj, &info)?;
+            guard::check_pixel_data(obj, &info).map_err(|e| match e {
+                // Rows and Columns say image; only a known non-image object is let off.
+                DecodeError::Skip(_) if sop.as_deref().is_none_or(|s| !is_non_image(s)) => {
+                    fail("Rows and Columns but no Pixel Data (truncated or damaged?)")
+                }
+                other => other,
+            })?;
         }
         Ok(ImageFile {
             path: path.to_path_buf(),
@@ -280,6 +296,23 @@ impl ImageFile {
     pub fn is_direct(&self) -> bool {
         matches!(self.source, PixelSource::Native { .. })
     }
+}
+
+/// The name of an image storage SOP class (`None` for other and unknown classes).
+fn image_class_name(uid: &str) -> Option<&'static str> {
+    use dicom_core::dictionary::UidDictionary;
+    let entry = dicom_dictionary_std::StandardSopClassDictionary.by_uid(uid)?;
+    (entry.name.contains("Image Storage") || entry.name == "Segmentation Storage")
+        .then_some(entry.name)
+}
+
+/// True for a standard storage class that is not an image (structured reports, presentation
+/// states, RT plans, waveforms, encapsulated documents, ...).
+fn is_non_image(uid: &str) -> bool {
+    use dicom_core::dictionary::UidDictionary;
+    dicom_dictionary_std::StandardSopClassDictionary
+        .by_uid(uid)
+        .is_some_and(|e| image_class_name(uid).is_none() && e.name != "RT Dose Storage")
 }
 
 /// Codecs dicomflow implements itself (bit-exact with DCMTK, pure Rust).

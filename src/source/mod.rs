@@ -29,7 +29,8 @@ pub enum ScanItem {
     Dicom(Candidate),
     /// A file that is not DICOM: listed, not counted as a failure.
     Skipped { path: PathBuf, reason: String },
-    /// A path that could not be read at all (missing input, permission, ...).
+    /// A path that could not be read at all (missing input, permission, ...), or a damaged
+    /// DICOM image whose start is unreadable: a failure.
     Error { path: PathBuf, reason: String },
 }
 
@@ -164,7 +165,11 @@ fn walk(
 /// Probes one file.
 fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
     match probe(&path) {
-        Ok(Probe::NotDicom(reason)) => ScanItem::Skipped { path, reason },
+        Ok(Probe::NotDicom(reason)) => match crate::decode::probe::damaged_evidence(&path) {
+            // A damaged image is a failure, not "not an image".
+            Some(reason) => ScanItem::Error { path, reason },
+            None => ScanItem::Skipped { path, reason },
+        },
         Ok(kind) => {
             let id = *next_id;
             *next_id += 1;
