@@ -150,6 +150,9 @@ pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
     if let Some(p) = &i.presentation_lut_shape {
         let _ = writeln!(s, "presentation LUT   {p}");
     }
+    for w in &i.warnings {
+        let _ = writeln!(s, "warning            {w}");
+    }
     let _ = writeln!(s, "requested window   {}", opts.window);
     match plan_frame(i, 0, opts) {
         Ok(plan) => {

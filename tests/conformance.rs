@@ -232,7 +232,7 @@ fn manifest_is_complete() {
         assert!(
             matches!(
                 case.reference.as_str(),
-                "dcmtk" | "dcmtk-decompressed" | "dcmtk-le"
+                "dcmtk" | "dcmtk-decompressed" | "dcmtk-equivalent"
             ),
             "case {}: unknown reference {:?}",
             case.name,

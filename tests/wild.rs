@@ -190,3 +190,41 @@ fn damaged_images_are_failures_not_skips() {
         assert!(why.contains(reason), "{file}: reason {why:?}");
     }
 }
+
+/// Causes 4–7: what DCMTK tolerates is rendered (the pixels are compared with DCMTK's in
+/// `tests/conformance.rs`), and every file says in the report what was tolerated.
+#[test]
+fn tolerated_damage_is_rendered_with_a_warning() {
+    let dir = common::tempdir("wild-lenient");
+    for name in [
+        "long_meta.dcm",
+        "empty_modality_lut.dcm",
+        "un_undefined_length.dcm",
+        "un_attributes.dcm",
+    ] {
+        std::fs::copy(conformance(name), dir.join(name)).unwrap();
+    }
+    let (code, report) = run_with_report(&dir, &["--backend", "cpu"]);
+    assert_eq!(code, Some(0));
+    for f in report["result"]["files"].as_array().unwrap() {
+        let path = f["path"].as_str().unwrap();
+        assert_eq!(f["status"], "ok", "{path}");
+        let warnings: Vec<&str> = f["meta"]["warnings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{path}: no warnings in the report"))
+            .iter()
+            .map(|w| w.as_str().unwrap())
+            .collect();
+        let expect = match Path::new(path).file_name().unwrap().to_str().unwrap() {
+            "long_meta.dcm" => "longer than AE allows",
+            "empty_modality_lut.dcm" => "LUT ignored",
+            "un_undefined_length.dcm" => "CP-246",
+            _ => "(0028,1053) stored as UN: read as DS",
+        };
+        assert!(
+            warnings.iter().any(|w| w.contains(expect)),
+            "{path}: {warnings:?}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

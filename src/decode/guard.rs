@@ -21,6 +21,7 @@ use std::path::Path;
 
 use dicom_encoding::transfer_syntax::DataRWAdapter;
 
+use super::patch::Patch;
 use super::probe::Probe;
 
 /// Deepest sequence nesting accepted (real files nest a handful of levels; dicom-rs needs
@@ -185,11 +186,17 @@ fn short_vr(vr: &[u8; 2]) -> bool {
 }
 
 /// What the walk saw on its way (as far as it got).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Walk {
     /// A top-level Pixel Data, Float Pixel Data or Double Float Pixel Data element: the file
     /// is an image, whatever else is wrong with it.
     pub pixel_data: bool,
+    /// Same-size patches that let dicom-rs read what DCMTK reads (see [`super::patch`]).
+    pub patches: Vec<Patch>,
+    /// What the patches tolerate, for the file's warnings.
+    pub warnings: Vec<String>,
+    /// An element with VR UN in explicit VR: [`super::un`] has work to do.
+    pub saw_un: bool,
 }
 
 /// Checks the file meta group and the data set of a file [`probe`](super::probe) found to be
@@ -217,7 +224,7 @@ fn check_file(path: &Path, kind: &Probe, walk: &mut Walk) -> Result<(), String> 
                 _ => 4, // `DICM` without a preamble (the probe saw it at offset 0)
             };
             src.pos = start;
-            match read_meta(&mut src)? {
+            match read_meta(&mut src, walk)? {
                 Some(ts) => ts,
                 None => return Ok(()),
             }
@@ -233,6 +240,19 @@ fn check_file(path: &Path, kind: &Probe, walk: &mut Walk) -> Result<(), String> 
         _ => (true, false),
     };
     check_dataset(&mut src, explicit, be, walk)
+}
+
+/// Checks a data set held in memory, implicit VR little endian (what [`super::un`] hands to
+/// dicom-rs): every length must fit, nesting must stay shallow.
+pub(crate) fn check_implicit_bytes(data: &[u8]) -> Result<(), String> {
+    let mut src = Src::new(
+        Bytes::Stream {
+            reader: Box::new(std::io::Cursor::new(data.to_vec())),
+            at: 0,
+        },
+        data.len() as u64,
+    );
+    check_dataset(&mut src, false, false, &mut Walk::default())
 }
 
 /// A transfer syntax UID as dicom-rs reads it: trailing whitespace of any kind and NULs go
@@ -291,8 +311,9 @@ fn check_deflated(
 /// Walks the meta group as dicom-rs reads it (explicit VR little endian, unknown VRs with the
 /// long length form, elements read until `FileMetaInformationGroupLength` bytes are
 /// consumed; the data set starts where the last one ends). Returns the Transfer Syntax UID,
-/// or `None` when dicom-rs will reject the group anyway.
-fn read_meta(src: &mut Src) -> Result<Option<String>, String> {
+/// or `None` when dicom-rs will reject the group anyway. Values longer than dicom-rs accepts
+/// (DCMTK reads them) are patched away with a warning.
+fn read_meta(src: &mut Src, walk: &mut Walk) -> Result<Option<String>, String> {
     let Some((group, element, len)) = meta_header(src)? else {
         return Ok(None);
     };
@@ -314,6 +335,17 @@ fn read_meta(src: &mut Src) -> Result<Option<String>, String> {
             return Ok(None);
         }
         fits(src, group, element, len)?;
+        if let Some((name, vr, max)) = meta_limit(group, element).filter(|l| len > l.2) {
+            // dicom-rs refuses the file; renamed to an unknown group-2 element, it is skipped.
+            walk.patches.push(Patch {
+                at: at + 2,
+                bytes: vec![0xff, 0xff],
+            });
+            walk.warnings.push(format!(
+                "file meta ({group:04X},{element:04X}) {name} is {len} bytes, longer than {vr} \
+                 allows ({max}): ignored"
+            ));
+        }
         if (group, element) == (0x0002, 0x0010) {
             ts = Some(match src.peek(len.min(4096) as usize)? {
                 Some(v) if len <= 4096 => String::from_utf8_lossy(v).into_owned(),
@@ -324,6 +356,18 @@ fn read_meta(src: &mut Src) -> Result<Option<String>, String> {
         read += src.pos - at;
     }
     Ok(ts)
+}
+
+/// The meta elements whose length dicom-rs limits: (name, VR, longest accepted).
+fn meta_limit(group: u16, element: u16) -> Option<(&'static str, &'static str, u32)> {
+    Some(match (group, element) {
+        (0x0002, 0x0013) => ("Implementation Version Name", "SH", 16),
+        (0x0002, 0x0016) => ("Source Application Entity Title", "AE", 16),
+        (0x0002, 0x0017) => ("Sending Application Entity Title", "AE", 16),
+        (0x0002, 0x0018) => ("Receiving Application Entity Title", "AE", 16),
+        (0x0002, 0x0100) => ("Private Information Creator UID", "UI", 64),
+        _ => return None,
+    })
 }
 
 /// One element header of the meta group: (group, element, length).
@@ -557,6 +601,30 @@ fn check_dataset(src: &mut Src, explicit: bool, be: bool, walk: &mut Walk) -> Re
             pixel_header = true;
             continue;
         }
+        walk.saw_un |= explicit && vr == dicom_core::VR::UN;
+        if explicit && vr == dicom_core::VR::UN && len == UNDEFINED {
+            // CP-246: the items are implicit VR little endian. Patched into an OB of the
+            // content's length, dicom-rs keeps the bytes and `un` parses them afterwards.
+            let header_at = src.pos - 12;
+            let content_at = src.pos;
+            if let Some(content) = implicit_sequence_len(src)? {
+                let mut bytes = b"OB\0\0".to_vec();
+                let len = u32::try_from(content).map_err(|_| "sequence too long".to_string())?;
+                bytes.extend(if be {
+                    len.to_be_bytes()
+                } else {
+                    len.to_le_bytes()
+                });
+                walk.patches.push(Patch {
+                    at: header_at + 4,
+                    bytes,
+                });
+                src.pos = content_at + content;
+                pending = true;
+                continue;
+            }
+            src.pos = content_at;
+        }
         if sq || len == UNDEFINED {
             // Every undefined-length element is read as a sequence, whatever its VR.
             let end = if len == UNDEFINED {
@@ -587,6 +655,59 @@ fn check_dataset(src: &mut Src, explicit: bool, be: bool, walk: &mut Walk) -> Re
         skew += short as u64;
         pending = true;
     }
+}
+
+/// The length of the content of an undefined-length sequence in implicit VR little endian
+/// (CP-246), from `src.pos` to the end of its Sequence Delimitation Item; `None` when the
+/// bytes do not make sense (dicom-rs then reports the error). Defined-length items and values
+/// are skipped whole: what dicom-rs later parses of them is checked then (`un::normalize`).
+fn implicit_sequence_len(src: &mut Src) -> Result<Option<u64>, String> {
+    let start = src.pos;
+    // Open undefined-length things: true = sequence, false = item.
+    let mut open = vec![true];
+    while let Some(&top) = open.last() {
+        let (Some(t), Some(l)) = (src.take::<4>()?, src.take::<4>()?) else {
+            return Ok(None);
+        };
+        let tag = (
+            u16::from_le_bytes([t[0], t[1]]),
+            u16::from_le_bytes([t[2], t[3]]),
+        );
+        let len = u32::from_le_bytes(l);
+        match tag {
+            (0xfffe, 0xe000) if top => {
+                if len == UNDEFINED {
+                    open.push(false);
+                } else {
+                    fits(src, 0xfffe, 0xe000, len)?;
+                    src.pos += len as u64;
+                }
+            }
+            (0xfffe, 0xe00d) if !top => {
+                open.pop();
+            }
+            (0xfffe, 0xe0dd) if top => {
+                open.pop();
+            }
+            (0xfffe, _) => return Ok(None),
+            _ if top => return Ok(None), // an element directly in a sequence
+            (group, element) => {
+                if len == UNDEFINED {
+                    open.push(true);
+                } else {
+                    fits(src, group, element, len)?;
+                    src.pos += len as u64;
+                }
+            }
+        }
+        if open.len() > 2 * MAX_SEQUENCE_DEPTH {
+            return Err(format!(
+                "sequences nested more than {MAX_SEQUENCE_DEPTH} deep (at byte {})",
+                src.pos
+            ));
+        }
+    }
+    Ok(Some(src.pos - start))
 }
 
 /// Checks the Pixel Data of a fully parsed object against the image description before any
@@ -984,6 +1105,51 @@ mod tests {
         v.extend(element.to_le_bytes());
         v.extend(len.to_le_bytes());
         v
+    }
+
+    fn walk_bytes(bytes: &[u8]) -> Result<Walk, String> {
+        let path = std::env::temp_dir().join(format!(
+            "dicomflow-guard-walk-{}-{:?}.dcm",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(&path, bytes).unwrap();
+        let r = check_structure(
+            &path,
+            &Probe::BareDataset {
+                transfer_syntax: "1.2.840.10008.1.2.1",
+            },
+        );
+        let _ = std::fs::remove_file(&path);
+        r
+    }
+
+    #[test]
+    fn un_with_undefined_length_is_walked_as_implicit_vr_and_patched_to_ob() {
+        let mut v = elem(0x0008, 0x0005, b"CS", 10, b"ISO_IR 100");
+        let un_at = v.len();
+        v.extend(elem(0x0009, 0x1010, b"UN", UNDEFINED, &[]));
+        // One undefined-length item holding an implicit VR element whose 4-byte length, read
+        // as explicit VR, would claim gigabytes ("ABCD" as VR + length).
+        let mut content = item(0xe000, UNDEFINED);
+        content.extend([0x09, 0x00, 0x11, 0x10, 4, 0, 0, 0]);
+        content.extend(b"ABCD");
+        content.extend(item(0xe00d, 0));
+        content.extend(item(0xe0dd, 0));
+        v.extend(&content);
+        v.extend(elem(0x0028, 0x0010, b"US", 2, &[8, 0]));
+        v.extend(elem(0x7fe0, 0x0010, b"OB", 2, &[0, 0]));
+        let walk = walk_bytes(&v).unwrap();
+        assert!(walk.saw_un && walk.pixel_data);
+        let mut patch = b"OB\0\0".to_vec();
+        patch.extend((content.len() as u32).to_le_bytes());
+        assert_eq!(
+            walk.patches,
+            vec![Patch {
+                at: un_at as u64 + 4,
+                bytes: patch
+            }]
+        );
     }
 
     fn check_bytes(bytes: &[u8]) -> Result<(), String> {

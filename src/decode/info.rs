@@ -128,6 +128,8 @@ pub struct ImageInfo {
     pub image_position: Option<[f64; 3]>,
     pub modality: Option<String>,
     pub sop_class: Option<String>,
+    /// What was wrong but tolerated, as DCMTK tolerates it (said once per file).
+    pub warnings: Vec<String>,
     /// Values usable in output naming patterns (see `output::naming::PATTERN_KEYS`).
     #[serde(skip)]
     pub naming: std::collections::BTreeMap<String, String>,
@@ -259,11 +261,24 @@ impl ImageInfo {
             per_frame = items.iter().map(group_attrs).collect();
         }
 
+        let mut warnings = Vec::new();
+        // An unusable Modality LUT is ignored with a warning, as DCMTK does ("ignoring LUT"):
+        // the rescale (or the identity) applies instead.
         let modality_lut = match first_item(obj, tags::MODALITY_LUT_SEQUENCE) {
-            Some(item) => Some(Arc::new(
-                read_lut(item, tags::LUT_DESCRIPTOR, tags::LUT_DATA)
-                    .map_err(|e| format!("Modality LUT Sequence: {e}"))?,
-            )),
+            Some(item) => match read_lut(item, tags::LUT_DESCRIPTOR, tags::LUT_DATA) {
+                Ok(lut) => Some(Arc::new(lut)),
+                Err(e) => {
+                    warnings.push(format!(
+                        "Modality LUT Sequence: {e}; LUT ignored, {} applies",
+                        if attrs.rescale.is_some() {
+                            "the rescale"
+                        } else {
+                            "no modality transformation"
+                        }
+                    ));
+                    None
+                }
+            },
             None => None,
         };
         let mut voi_luts = Vec::new();
@@ -342,6 +357,7 @@ impl ImageInfo {
             image_position,
             modality: opt_str(obj, tags::MODALITY),
             sop_class: opt_str(obj, tags::SOP_CLASS_UID),
+            warnings,
             naming: naming_values(obj),
         })
     }

@@ -11,7 +11,9 @@ pub mod info;
 pub mod jpeg;
 pub mod jpegls;
 mod native;
+mod patch;
 pub mod probe;
+mod un;
 
 use std::path::{Path, PathBuf};
 
@@ -91,12 +93,15 @@ impl ImageFile {
         // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
         // the stack (an abort, not a catchable panic): refuse them before it parses.
         let walk = guard::check_structure(path, &kind).map_err(fail)?;
-        let (header, ts, bare) = match kind {
+        let (mut header, ts, bare) = match kind {
             Probe::FileMeta => {
-                let obj = OpenFileOptions::new()
-                    .read_until(tags::PIXEL_DATA)
-                    .open_file(path)
-                    .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
+                let options = OpenFileOptions::new().read_until(tags::PIXEL_DATA);
+                let obj = if walk.patches.is_empty() {
+                    options.open_file(path)
+                } else {
+                    options.from_reader(patched(path, &walk.patches)?)
+                }
+                .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
                 // The meta table's getters already trim UIDs (trailing NULs and whitespace).
                 let sop = obj.meta().media_storage_sop_class_uid();
                 if sop == uids::MEDIA_STORAGE_DIRECTORY_STORAGE {
@@ -123,6 +128,10 @@ impl ImageFile {
             }
             Probe::NotDicom(reason) => return Err(DecodeError::Skip(reason)),
         };
+        let mut warnings = walk.warnings.clone();
+        if walk.saw_un {
+            warnings.extend(un::normalize(header.dataset_mut()));
+        }
         let dataset = header.dataset();
         if dataset.get(tags::DIRECTORY_RECORD_SEQUENCE).is_some() {
             return Err(DecodeError::Skip(
@@ -149,6 +158,8 @@ impl ImageFile {
             );
         }
         let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
+        warnings.append(&mut info.warnings);
+        info.warnings = warnings;
         if native_byte_order(&info.transfer_syntax).is_none() && !is_deflate(&info.transfer_syntax)
         {
             codec_output_layout(&mut info);
@@ -171,7 +182,7 @@ impl ImageFile {
             Some(_) if !bare => {
                 match native::locate_pixel_data(path, &info, &info.transfer_syntax) {
                     Ok(Some(located)) => PixelSource::Native(located),
-                    Ok(None) => PixelSource::Object(Box::new(open_full(path)?)),
+                    Ok(None) => PixelSource::Object(Box::new(open_full(path, &walk.patches)?)),
                     Err(e) => return Err(fail(format!("cannot read pixel data: {e}"))),
                 }
             }
@@ -180,7 +191,7 @@ impl ImageFile {
                     if OwnCodec::of(&info.transfer_syntax).is_none() {
                         check_decodable(&info.transfer_syntax)?;
                     }
-                    PixelSource::Object(Box::new(open_full(path)?))
+                    PixelSource::Object(Box::new(open_full(path, &walk.patches)?))
                 } else {
                     // A bare data set: parse it whole through the collector path.
                     PixelSource::Object(Box::new(open_bare_full(path, &info.transfer_syntax)?))
@@ -512,6 +523,13 @@ impl HeaderObject {
             HeaderObject::Bare(o) => o,
         }
     }
+
+    fn dataset_mut(&mut self) -> &mut InMemDicomObject {
+        match self {
+            HeaderObject::File(f) => f,
+            HeaderObject::Bare(o) => o,
+        }
+    }
 }
 
 fn check_decodable(ts_uid: &str) -> Result<(), DecodeError> {
@@ -531,10 +549,23 @@ fn check_decodable(ts_uid: &str) -> Result<(), DecodeError> {
     }
 }
 
-fn open_full(path: &Path) -> Result<DefaultDicomObject, DecodeError> {
-    OpenFileOptions::new()
-        .open_file(path)
-        .map_err(|e| fail(format!("cannot read pixel data: {}", error_chain(&e))))
+fn open_full(path: &Path, patches: &[patch::Patch]) -> Result<DefaultDicomObject, DecodeError> {
+    if patches.is_empty() {
+        OpenFileOptions::new().open_file(path)
+    } else {
+        OpenFileOptions::new().from_reader(patched(path, patches)?)
+    }
+    .map_err(|e| fail(format!("cannot read pixel data: {}", error_chain(&e))))
+}
+
+/// The file's bytes with the guard's patches applied (see [`patch`]).
+fn patched(
+    path: &Path,
+    patches: &[patch::Patch],
+) -> Result<patch::PatchedReader<std::fs::File>, DecodeError> {
+    std::fs::File::open(path)
+        .and_then(|f| patch::PatchedReader::new(f, patches.to_vec()))
+        .map_err(|e| fail(format!("cannot open: {e}")))
 }
 
 fn open_bare_full(path: &Path, ts: &str) -> Result<DefaultDicomObject, DecodeError> {

@@ -74,6 +74,9 @@ pub struct FileMeta {
     pub image_position: Option<[f64; 3]>,
     /// True when stored values were read straight from the file into the slot.
     pub direct_read: bool,
+    /// What was wrong with the file but tolerated (see `ImageInfo::warnings`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Final status of one input file.

@@ -369,8 +369,12 @@ fn load_file(
             instance_number: info.instance_number,
             image_position: info.image_position,
             direct_read: file.is_direct(),
+            warnings: info.warnings.clone(),
         },
     });
+    for w in &info.warnings {
+        tracing::warn!(path = %c.path.display(), "{w}");
+    }
     let frame_bytes = info.frame_bytes() as usize;
     for (f, output) in outputs.into_iter().enumerate() {
         let frame = f as u32;
