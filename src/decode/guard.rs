@@ -742,14 +742,6 @@ pub(super) fn check_pixel_data(
                     frags.len()
                 )));
             }
-            if info.transfer_syntax == RLE_LOSSLESS {
-                let planes = info.samples_per_pixel as usize * (info.bits_allocated / 8) as usize;
-                let pixels = info.rows as u64 * info.cols as u64;
-                for (f, frag) in frags.iter().take(frames as usize).enumerate() {
-                    check_rle(frag, planes, pixels)
-                        .map_err(|e| Fail(format!("RLE frame {}: {e}", f + 1)))?;
-                }
-            }
             check_codestreams(
                 frags,
                 info.rows,
@@ -773,76 +765,6 @@ pub(super) fn check_pixel_data(
         }
         Value::Sequence(_) => Err(Fail("Pixel Data is a sequence".into())),
     }
-}
-
-const RLE_LOSSLESS: &str = "1.2.840.10008.1.2.5";
-
-/// Checks an RLE Lossless frame (PS3.5 G) before dicom-rs decodes it: dicom-rs indexes the
-/// header without bounds checks, allocates the segment count it reads (up to 2^32 offsets),
-/// and panics when a segment decodes to fewer than `pixels` bytes.
-fn check_rle(frag: &[u8], planes: usize, pixels: u64) -> Result<(), String> {
-    if frag.len() < 64 {
-        return Err(format!(
-            "fragment of {} bytes, shorter than the RLE header",
-            frag.len()
-        ));
-    }
-    let word = |i: usize| u32::from_le_bytes([frag[i], frag[i + 1], frag[i + 2], frag[i + 3]]);
-    let segments = word(0) as usize;
-    if segments > 15 || segments < planes {
-        return Err(format!(
-            "{segments} segment(s) in the RLE header, {planes} expected (at most 15)"
-        ));
-    }
-    let mut offsets: Vec<usize> = (0..segments).map(|i| word(4 + 4 * i) as usize).collect();
-    offsets.push(frag.len());
-    for k in 0..planes {
-        let (start, end) = (offsets[k], offsets[k + 1]);
-        if start > end || end > frag.len() {
-            return Err(format!(
-                "segment {} spans bytes {start}..{end} of {}",
-                k + 1,
-                frag.len()
-            ));
-        }
-        let decoded = packbits_len(&frag[start..end]);
-        if decoded < pixels {
-            return Err(format!(
-                "segment {} decodes to {decoded} bytes, {pixels} needed",
-                k + 1
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Bytes the PackBits decoder of dicom-rs produces from `seg` (it stops at the segment's
-/// end; a run cut short by the end copies what is there).
-fn packbits_len(seg: &[u8]) -> u64 {
-    let (mut pos, mut read, mut out) = (0usize, 0usize, 0u64);
-    while read < seg.len() {
-        let Some(&h) = seg.get(pos) else {
-            break;
-        };
-        pos += 1;
-        read += 1;
-        let h = h as i8;
-        if (-127..=-1).contains(&h) {
-            if pos >= seg.len() {
-                break;
-            }
-            out += (1 - h as i64) as u64;
-            pos += 1;
-            read += 1;
-        } else if h >= 0 {
-            let n = h as usize + 1;
-            let avail = n.min(seg.len() - pos);
-            out += avail as u64;
-            pos += avail;
-            read += n;
-        }
-    }
-    out
 }
 
 /// What a codestream header declares.
@@ -1236,26 +1158,6 @@ mod tests {
         v.extend(item(0xe0dd, 0));
         v.extend(elem(0xfffc, 0xfffc, b"OB", 2, &[0, 0]));
         assert_eq!(check_bytes(&v), Ok(()));
-    }
-
-    #[test]
-    fn checks_rle_headers_and_segment_lengths() {
-        let mut f = vec![0u8; 64];
-        f[0] = 1;
-        f[4] = 64;
-        f.extend([0x81, 7, 0x81, 7]); // 256 bytes of 7
-        assert_eq!(check_rle(&f, 1, 256), Ok(()));
-        assert!(check_rle(&f, 1, 257)
-            .unwrap_err()
-            .contains("decodes to 256"));
-        assert!(check_rle(&f, 2, 256).is_err());
-        assert!(check_rle(&f[..10], 1, 1).is_err());
-        let mut g = f.clone();
-        g[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(check_rle(&g, 1, 1).is_err());
-        let mut g = f.clone();
-        g[4..8].copy_from_slice(&1000u32.to_le_bytes());
-        assert!(check_rle(&g, 1, 1).is_err());
     }
 
     fn sof3(rows: u16, cols: u16, precision: u8) -> Vec<u8> {

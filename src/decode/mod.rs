@@ -13,6 +13,7 @@ pub mod jpegls;
 mod native;
 mod patch;
 pub mod probe;
+mod rle;
 mod un;
 
 use std::path::{Path, PathBuf};
@@ -332,6 +333,8 @@ enum OwnCodec {
     /// JPEG baseline / extended (8 and 12 bit) and lossless (process 14), IJG-exact.
     Jpeg,
     JpegLs,
+    /// RLE Lossless, any whole-byte sample size, frames over several fragments.
+    Rle,
 }
 
 impl OwnCodec {
@@ -341,6 +344,7 @@ impl OwnCodec {
                 Some(OwnCodec::Jpeg)
             }
             JPEG_LS_LOSSLESS | JPEG_LS_NEAR_LOSSLESS => Some(OwnCodec::JpegLs),
+            RLE_LOSSLESS => Some(OwnCodec::Rle),
             _ => None,
         }
     }
@@ -350,6 +354,7 @@ const JPEG_BASELINE: &str = "1.2.840.10008.1.2.4.50";
 const JPEG_EXTENDED: &str = "1.2.840.10008.1.2.4.51";
 const JPEG_LOSSLESS: &str = "1.2.840.10008.1.2.4.57";
 const JPEG_LOSSLESS_SV1: &str = "1.2.840.10008.1.2.4.70";
+const RLE_LOSSLESS: &str = "1.2.840.10008.1.2.5";
 const JPEG_LS_LOSSLESS: &str = "1.2.840.10008.1.2.4.80";
 const JPEG_LS_NEAR_LOSSLESS: &str = "1.2.840.10008.1.2.4.81";
 
@@ -368,13 +373,24 @@ fn decode_own(
     };
     let fragments: Vec<Vec<u8>> = seq.fragments().iter().map(|f| f.to_vec()).collect();
     let mut stream = Vec::new();
+    let starts_frame = match codec {
+        OwnCodec::Rle => rle::looks_like_header,
+        OwnCodec::Jpeg | OwnCodec::JpegLs => fragments::starts_jpeg,
+    };
     fragments::frame_bytes(
         seq.offset_table(),
         &fragments,
         info.frames,
         frame,
         &mut stream,
+        starts_frame,
     )?;
+    if codec == OwnCodec::Rle {
+        let bytes = info.bits_allocated as usize / 8;
+        let pixels = info.rows as usize * info.cols as usize;
+        return rle::decode_frame(&stream, info.samples_per_pixel as usize, bytes, pixels, dst)
+            .map_err(|e| format!("RLE: {e}"));
+    }
     // The frame header's dimensions must agree with the DICOM header (already checked against
     // the frame-size limit) before a decoder allocates anything.
     match sof_dimensions(&stream) {
@@ -403,6 +419,7 @@ fn decode_own(
                 if img.precision <= 8 { 1 } else { 2 },
             )
         }
+        OwnCodec::Rle => return Err("internal: RLE handled above".into()),
         OwnCodec::JpegLs => {
             let img = jpegls::decode(&stream, scratch).map_err(|e| format!("JPEG-LS: {e}"))?;
             (
