@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dicomflow::backend::cpu::{CpuBackend, CpuRenderer};
-use dicomflow::bench::{phantom_plan, phantom_stored};
-use dicomflow::config::{OutputFormat, Settings};
 use dicomflow::output::encode::{EncodeOptions, ImageEncoder};
-use dicomflow::synth::{write_series, SynthOptions};
+use dicomflow::output::options::{OutputFormat, OutputOptions};
+use dicomflow::pipeline::options::Job;
+use dicomflow::source::synth::{phantom_plan, phantom_stored, write_series, SynthOptions};
 
 /// Best of `iters` runs of `f`, in milliseconds.
 fn best_ms(iters: usize, mut f: impl FnMut()) -> f64 {
@@ -42,8 +42,8 @@ fn main() {
         );
         let mut enc = ImageEncoder::new(EncodeOptions {
             format: OutputFormat::Png,
-            png_compression: Settings::default().png_compression,
-            png_filter: Settings::default().png_filter,
+            png_compression: OutputOptions::default().png_compression,
+            png_filter: OutputOptions::default().png_filter,
             jpeg_quality: 90,
         });
         let ms = best_ms(10, || {
@@ -73,15 +73,18 @@ fn main() {
     }
     let mut best = f64::INFINITY;
     for _ in 0..5 {
-        let settings = Settings {
-            output_dir: dir.join("out"),
-            ..Settings::default()
+        let job = Job {
+            output: OutputOptions {
+                dir: dir.join("out"),
+                ..OutputOptions::default()
+            },
+            ..Job::default()
         };
-        let _ = std::fs::remove_dir_all(&settings.output_dir);
-        let stats = dicomflow::stats::Stats::new();
+        let _ = std::fs::remove_dir_all(&job.output.dir);
+        let stats = dicomflow::observe::stats::Stats::new();
         let t = Instant::now();
         let result = dicomflow::pipeline::run(
-            &settings,
+            &job,
             std::slice::from_ref(&series),
             Arc::new(CpuBackend::new("bench")),
             stats,
@@ -104,7 +107,7 @@ fn main() {
         "512²",
         best * 1e3 / slices as f64,
         slices as f64 / best,
-        dicomflow::available_cores()
+        dicomflow::host::available_cores()
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,5 +1,7 @@
-//! Typed errors of the library: one per concern, each carrying the context a user needs
-//! (the file, the frame, the stage) to act on it.
+//! Errors that concern the whole run: the [`Stage`] a file failed at (reports and summaries
+//! name it) and the [`FatalError`] that stops a run (exit code 2). Each component has its own
+//! error type beside its code (`decode::DecodeError`, `backend::RenderError`,
+//! `memory::AllocError`, …).
 
 use std::path::PathBuf;
 
@@ -35,45 +37,6 @@ impl Stage {
 impl std::fmt::Display for Stage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-/// Why one input file (or one frame of it) could not be turned into an output.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{path}{frame}: {stage}: {reason}", frame = frame_suffix(*.frame))]
-pub struct FileError {
-    /// The input file.
-    pub path: PathBuf,
-    /// The frame (0-based) when the failure concerns one frame of a multi-frame file.
-    pub frame: Option<u32>,
-    /// Where it failed.
-    pub stage: Stage,
-    /// What went wrong, in words.
-    pub reason: String,
-}
-
-fn frame_suffix(frame: Option<u32>) -> String {
-    match frame {
-        Some(f) => format!(" (frame {})", f + 1),
-        None => String::new(),
-    }
-}
-
-impl FileError {
-    /// A failure of the whole file at `stage`.
-    pub fn new(path: impl Into<PathBuf>, stage: Stage, reason: impl Into<String>) -> Self {
-        FileError {
-            path: path.into(),
-            frame: None,
-            stage,
-            reason: reason.into(),
-        }
-    }
-
-    /// The same failure, attributed to one frame.
-    pub fn with_frame(mut self, frame: u32) -> Self {
-        self.frame = Some(frame);
-        self
     }
 }
 

@@ -13,11 +13,13 @@ use std::sync::Arc;
 
 use dicomflow::backend::cpu::CpuRenderer;
 use dicomflow::backend::cuda::{driver, CudaBackend};
+use dicomflow::backend::options::{GpuOptions, GpuSelection, PageLocking, Transfer};
 use dicomflow::backend::Backend;
-use dicomflow::config::{OutputFormat, PageLocking, PngFilter, Settings, Transfer};
+use dicomflow::decode::lut::Lut;
+use dicomflow::memory::SlotPool;
+use dicomflow::output::encode::png_filter_mode;
+use dicomflow::output::options::{OutputFormat, OutputOptions, PngFilter};
 use dicomflow::output::png::filter_rows;
-use dicomflow::pipeline::slot::SlotPool;
-use dicomflow::render::lut::Lut;
 use dicomflow::render::plan::{
     AutoWindow, Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Modality, StoredFormat, Voi,
     Window,
@@ -227,14 +229,18 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
         (Transfer::Pinned, PageLocking::Register, OutputFormat::Bmp),
         (Transfer::Pageable, PageLocking::Register, OutputFormat::Bmp),
     ] {
-        let settings = Settings {
+        let gpu = GpuOptions {
             transfer,
             page_locking,
-            format,
-            gpus: dicomflow::config::GpuSelection::List(vec![0]),
-            ..Settings::default()
+            gpus: GpuSelection::List(vec![0]),
+            ..GpuOptions::default()
         };
-        let backend = CudaBackend::new(&settings, "test").expect("CUDA backend");
+        let output = OutputOptions {
+            format,
+            ..OutputOptions::default()
+        };
+        let backend = CudaBackend::new(&gpu, png_filter_mode(&output.encode()), "test")
+            .expect("CUDA backend");
         let mut worker = backend.worker(0).unwrap();
         let pool = SlotPool::new(2, 0, 0, backend.allocator()).unwrap();
         let mut mismatches = Vec::new();

@@ -4,12 +4,13 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod options;
 pub mod warm;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::pipeline::slot::{HostAllocator, Slot};
+use crate::memory::{AllocError, HostAllocator, Slot};
 use crate::render::plan::{FramePlan, Window};
 
 /// What a backend tells the user and the report about itself.
@@ -49,6 +50,62 @@ pub struct RenderOutcome {
     pub png_rows: bool,
 }
 
+/// Why one frame could not be rendered. The pipeline reports it as that frame's failure and
+/// goes on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// The plan cannot be evaluated for this frame's values (e.g. a window that does not
+    /// resolve, a LUT that does not cover them).
+    #[error("{0}")]
+    Plan(String),
+    /// Slot memory could not be had.
+    #[error(transparent)]
+    Memory(#[from] AllocError),
+    /// A CUDA driver call failed.
+    #[error(transparent)]
+    Cuda(#[from] cuda::driver::CudaError),
+    /// A CUDA call failed again after the worker freed its cached device memory.
+    #[error("{0} (after freeing cached device memory)")]
+    CudaAfterRetry(cuda::driver::CudaError),
+    /// No transfer strategy worked on the first frame (`transfer = auto`).
+    #[error("no transfer strategy worked on the first frame")]
+    NoStrategy,
+    /// A GPU worker's failure, naming the worker and the GPU.
+    #[error("CUDA worker {worker} on GPU {gpu}: {source}")]
+    OnGpu {
+        worker: usize,
+        gpu: usize,
+        source: Box<RenderError>,
+    },
+    /// An invariant between the pipeline and the backend did not hold (a bug: please report).
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl RenderError {
+    /// True when the GPU ran out of memory (worth freeing caches and trying once more).
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            RenderError::Cuda(e) => e.is_out_of_memory(),
+            RenderError::OnGpu { source, .. } => source.is_out_of_memory(),
+            _ => false,
+        }
+    }
+}
+
+/// Why a backend or one of its workers cannot start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// A CUDA driver call failed.
+    #[error(transparent)]
+    Cuda(#[from] cuda::driver::CudaError),
+    /// The backend cannot be used here (the message says why: no driver, no device, ...).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
 /// A compute backend.
 pub trait Backend: Send + Sync {
     /// Name, devices, strategy.
@@ -56,12 +113,12 @@ pub trait Backend: Send + Sync {
     /// Where slot memory must come from for this backend.
     fn allocator(&self) -> Arc<dyn HostAllocator>;
     /// Creates the per-thread worker `index` (a GPU worker owns a stream).
-    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, String>;
+    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, BackendError>;
     /// Render worker threads this backend wants by default; 0 = none, the writer threads
     /// render each frame themselves (each with its own [`Backend::worker`]).
     fn default_workers(&self) -> usize;
     /// Gives the backend the run's statistics (GPU figures are published there).
-    fn attach_stats(&self, _stats: Arc<crate::stats::Stats>) {}
+    fn attach_stats(&self, _stats: Arc<crate::observe::stats::Stats>) {}
     /// Called once after the last frame (final statistics).
     fn finish(&self) {}
 }
@@ -71,5 +128,5 @@ pub trait RenderWorker: Send {
     /// Reads `plan.input_bytes()` from `slot.input`, writes `plan.output_bytes()` pixels to
     /// `slot.output` (or `plan.output_capacity()` bytes of filtered PNG rows, as the outcome
     /// says).
-    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, String>;
+    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError>;
 }

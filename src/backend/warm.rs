@@ -11,10 +11,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::backend::cpu::{CpuBackend, CpuRenderer};
 use crate::backend::cuda::CudaBackend;
-use crate::backend::{Backend, BackendInfo, RenderOutcome, RenderWorker};
-use crate::config::{Settings, Transfer};
-use crate::pipeline::slot::{HeapAllocator, HostAllocator, HostBuffer, Slot};
-use crate::stats::Stats;
+use crate::backend::options::{GpuOptions, Transfer};
+use crate::backend::{
+    Backend, BackendError, BackendInfo, RenderError, RenderOutcome, RenderWorker,
+};
+use crate::memory::{AllocError, HeapAllocator, HostAllocator, HostBuffer, Slot};
+use crate::observe::stats::Stats;
 
 type Ready = Arc<OnceLock<Result<Arc<CudaBackend>, String>>>;
 
@@ -30,17 +32,18 @@ pub struct WarmStart {
 }
 
 impl WarmStart {
-    /// Starts CUDA initialization in the background and returns at once.
-    pub fn start(settings: &Settings) -> WarmStart {
+    /// Starts CUDA initialization in the background and returns at once (`png_filter` as for
+    /// [`CudaBackend::new`]).
+    pub fn start(gpu: &GpuOptions, png_filter: Option<u32>) -> WarmStart {
         let cuda: Ready = Arc::new(OnceLock::new());
         let stats: Arc<OnceLock<Arc<Stats>>> = Arc::new(OnceLock::new());
         let init = {
-            let (cuda, stats, settings) = (cuda.clone(), stats.clone(), settings.clone());
+            let (cuda, stats, gpu) = (cuda.clone(), stats.clone(), gpu.clone());
             std::thread::Builder::new()
                 .name("cuda-init".into())
                 .spawn(move || {
                     let result =
-                        CudaBackend::new(&settings, "auto: CUDA device found").map(Arc::new);
+                        CudaBackend::new(&gpu, png_filter, "auto: CUDA device found").map(Arc::new);
                     if let (Ok(b), Some(s)) = (&result, stats.get()) {
                         b.attach_stats(s.clone());
                         s.set_backend(format!("cuda ({})", b.info().transfer));
@@ -59,13 +62,13 @@ impl WarmStart {
         // per device, and the CPU phase at least a quarter of the cores (these workers switch
         // backends, so the writers cannot render themselves as with the plain CPU backend).
         let devices = super::cuda::visible_gpus().max(1);
-        let workers = (settings.streams * devices).max((crate::available_cores() / 4).max(1));
+        let workers = (gpu.streams * devices).max((crate::host::available_cores() / 4).max(1));
         WarmStart {
             cpu: CpuBackend::new("auto: CUDA still initializing"),
             allocator: Arc::new(SwitchAllocator {
                 heap: HeapAllocator::default(),
                 cuda: cuda.clone(),
-                pageable: settings.transfer == Transfer::Pageable,
+                pageable: gpu.transfer == Transfer::Pageable,
             }),
             cuda,
             init: Mutex::new(init),
@@ -109,7 +112,7 @@ impl Backend for WarmStart {
         self.allocator.clone()
     }
 
-    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, String> {
+    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, BackendError> {
         Ok(Box::new(WarmWorker {
             index,
             cpu: CpuRenderer::default(),
@@ -151,7 +154,7 @@ struct SwitchAllocator {
 }
 
 impl HostAllocator for SwitchAllocator {
-    fn allocate(&self, len: usize) -> Result<HostBuffer, String> {
+    fn allocate(&self, len: usize) -> Result<HostBuffer, AllocError> {
         match self.cuda.get() {
             Some(Ok(b)) => b.allocator().allocate(len),
             _ => self.heap.allocate(len),
@@ -204,7 +207,7 @@ impl RenderWorker for WarmWorker {
         &mut self,
         plan: &crate::render::plan::FramePlan,
         slot: &mut Slot,
-    ) -> Result<RenderOutcome, String> {
+    ) -> Result<RenderOutcome, RenderError> {
         if self.gpu.is_none() && !self.gpu_failed {
             if let Some(Ok(b)) = self.cuda.get() {
                 match b.worker(self.index) {

@@ -10,7 +10,7 @@ use dicom_core::Tag;
 use dicom_dictionary_std::tags;
 use dicom_object::InMemDicomObject;
 
-use crate::render::lut::Lut;
+use crate::decode::lut::Lut;
 
 /// Photometric interpretations dicomflow renders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -10,6 +10,7 @@ mod guard;
 pub mod info;
 pub mod jpeg;
 pub mod jpegls;
+pub mod lut;
 mod native;
 mod patch;
 pub mod probe;

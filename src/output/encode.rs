@@ -6,7 +6,7 @@ use std::io::Cursor;
 
 use image::ImageEncoder as _;
 
-use crate::config::{OutputFormat, PngCompression, PngFilter};
+use crate::output::options::{OutputFormat, PngCompression, PngFilter};
 use crate::output::png::{filter_rows, unfilter_rows, PngWriter};
 
 /// The filter the GPU should apply to rows for these settings (a PNG filter type, or 5 for
@@ -32,18 +32,6 @@ pub struct EncodeOptions {
     pub png_compression: PngCompression,
     pub png_filter: PngFilter,
     pub jpeg_quality: u8,
-}
-
-impl EncodeOptions {
-    /// The run's encoding settings.
-    pub fn of(settings: &crate::config::Settings) -> EncodeOptions {
-        EncodeOptions {
-            format: settings.format,
-            png_compression: settings.png_compression,
-            png_filter: settings.png_filter,
-            jpeg_quality: settings.jpeg_quality,
-        }
-    }
 }
 
 /// A reusable encoder.

@@ -3,4 +3,5 @@
 pub mod atomic;
 pub mod encode;
 pub mod naming;
+pub mod options;
 pub mod png;

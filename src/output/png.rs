@@ -11,7 +11,7 @@
 //! The split also lets the GPU filter rows (kernels/png_filter.cu): the writer then only
 //! deflates.
 
-use crate::config::PngFilter;
+use crate::output::options::PngFilter;
 
 /// PNG row filter types, as written in each row's first byte.
 const NONE: u8 = 0;

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use crate::backend::BackendInfo;
 use crate::error::Stage;
+use crate::observe::stats::{ErrorEntry, Stats};
 use crate::pipeline::Sizing;
 use crate::render::plan::Window;
-use crate::stats::{ErrorEntry, Stats};
 
 /// A stage's report about one file or frame.
 #[derive(Debug)]

@@ -8,7 +8,8 @@
 //! backend has them, between their hand-offs.
 
 pub mod events;
-pub mod slot;
+pub mod options;
+mod prepare;
 mod stages;
 
 use std::collections::HashSet;
@@ -18,14 +19,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::backend::Backend;
-use crate::config::{Layout, Settings};
 use crate::error::FatalError;
-use crate::render::RenderOptions;
-use crate::stats::{Stats, ThreadLayout};
-use crate::trace::Tracer;
+use crate::observe::stats::{Stats, ThreadLayout};
+use crate::observe::trace::Tracer;
+use options::{Job, Layout, PipelineOptions};
 
+use crate::memory::SlotPool;
 pub use events::{Collector, Event, FileRecord, FileStatus, RunResult};
-use slot::SlotPool;
+pub use prepare::{first_file_slot_hint, select_backend};
 
 /// Thread counts and ring depth actually used.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -41,49 +42,49 @@ pub struct Sizing {
 }
 
 impl Sizing {
-    /// Settings, with zeros replaced by defaults derived from the core count.
-    pub fn from_settings(settings: &Settings, backend: &dyn Backend) -> Sizing {
-        Sizing::with_workers(settings, backend.default_workers())
+    /// The options, with zeros replaced by defaults derived from the core count.
+    pub fn of(opts: &PipelineOptions, backend: &dyn Backend) -> Sizing {
+        Sizing::with_workers(opts, backend.default_workers())
     }
 
-    /// Settings, with zeros replaced by defaults; `default_workers` when `workers` is 0 (which
+    /// The options, with zeros replaced by defaults; `default_workers` when `workers` is 0 (which
     /// may itself be 0: the writers render).
-    fn with_workers(settings: &Settings, default_workers: usize) -> Sizing {
-        Sizing::on_cores(settings, default_workers, crate::available_cores())
+    fn with_workers(opts: &PipelineOptions, default_workers: usize) -> Sizing {
+        Sizing::on_cores(opts, default_workers, crate::host::available_cores())
     }
 
     /// [`with_workers`](Self::with_workers) on a machine of `cores` cores.
-    fn on_cores(settings: &Settings, default_workers: usize, cores: usize) -> Sizing {
-        let workers = if settings.workers > 0 {
-            settings.workers
+    fn on_cores(opts: &PipelineOptions, default_workers: usize, cores: usize) -> Sizing {
+        let workers = if opts.workers > 0 {
+            opts.workers
         } else {
             default_workers
         };
-        let shared = match settings.layout {
+        let shared = match opts.layout {
             Layout::Shared => true,
             Layout::Stages => false,
             // Threads that load and finish frames beat a pool per stage: no thread waits for
             // work another stage's thread could have given it. H200 host, 1000 × 2000²:
             // pipeline −12 to −21 % beside the GPU, −6 % on the CPU backend; 4000 × 512² −9 to
-            // −14 % / a tie; 2-core box −2 to −6 % (optimization log item 29). A loader count
-            // asks for stages.
-            Layout::Auto => settings.loaders == 0,
+            // −14 % / a tie; 2-core box −2 to −6 %. A loader count asks for stages.
+            Layout::Auto => opts.loaders == 0,
         };
         // The threads that finish frames take the cores the other threads leave: beside
         // render workers (a GPU backend's workers spin on cores while their kernels run)
         // every loader and worker counts whole, and at least half the cores stay for writers.
         let finishing_threads = |others: usize| cores.saturating_sub(others).max(cores / 2).max(1);
         if shared {
-            // Beside 2 render workers on 16 cores that is 14: 16 threads were 2–8 % faster
-            // but left the 512² figure at 1.20–1.24, 12 were 11–18 % slower (item 29).
-            let writers = if settings.writers > 0 {
-                settings.writers
+            // Beside 2 render workers on 16 cores that is 14. On the H200 host 16 threads were
+            // 2–8 % faster but left the 512² overlap figure at 1.20–1.24 (14: 1.11), and 12
+            // were 11–18 % slower.
+            let writers = if opts.writers > 0 {
+                opts.writers
             } else {
                 finishing_threads(workers)
             };
             // One slot per thread, two per render worker, and a little slack for the queue.
-            let slots = if settings.slots > 0 {
-                settings.slots
+            let slots = if opts.slots > 0 {
+                opts.slots
             } else {
                 (writers + 2 * workers + 2).max(4)
             };
@@ -98,10 +99,11 @@ impl Sizing {
         // Beside GPU render workers the writers only deflate rows the GPU has already
         // PNG-filtered, so reading and decoding is the larger share of the CPU work: 3/8 of the
         // cores load (6 of 16), a quarter otherwise. On the 16-core H200 host 4 loaders were
-        // the busiest pool (86–98 %) once the GPU filtered (BENCHMARKS.md, optimization log
-        // item 28).
-        let loaders = if settings.loaders > 0 {
-            settings.loaders
+        // the busiest pool (86–98 %) once the GPU filtered; 6 loaders, 8 writers and 2 streams
+        // ran 4000 × 512² in 0.142–0.175 s against 0.178–0.201 s with 4 / 12 / 4, with an
+        // overlap figure of 1.08–1.11.
+        let loaders = if opts.loaders > 0 {
+            opts.loaders
         } else if workers > 0 {
             (3 * cores / 8).max(1)
         } else {
@@ -111,9 +113,11 @@ impl Sizing {
         // loaders, 2 streams); when the writers render (the CPU backend), half a core per
         // loader (its loaders were 25–31 % busy at 512² and 62 % at 2000² on the H200), 14 on
         // 16 cores. More writers than cores left only wait runnable, and their frames with
-        // them (item 21). On 2 cores: 1 loader, 2 writers (CPU) or 1 (GPU).
-        let writers = if settings.writers > 0 {
-            settings.writers
+        // them: at 4000 × 512², 16 writers beside the GPU ran as fast as 12 with an overlap
+        // figure of 1.38 against 1.10, and on the CPU backend 16 against 14 gave 1.24 against
+        // 1.11 at the same speed. On 2 cores: 1 loader, 2 writers (CPU) or 1 (GPU).
+        let writers = if opts.writers > 0 {
+            opts.writers
         } else if workers > 0 {
             finishing_threads(loaders + workers)
         } else {
@@ -121,8 +125,8 @@ impl Sizing {
         };
         // One slot per busy thread, two per render worker (double buffering per stream), and a
         // little slack: more only lengthens queues, and so latency, without adding throughput.
-        let slots = if settings.slots > 0 {
-            settings.slots
+        let slots = if opts.slots > 0 {
+            opts.slots
         } else {
             (loaders + 2 * workers + writers + 2).max(4)
         };
@@ -136,60 +140,9 @@ impl Sizing {
     }
 }
 
-/// Expected slot sizes, learned from the first DICOM file before the pipeline starts, so a
-/// backend can prepare slot memory while it initializes (see `CudaBackend::stock_slot_memory`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotHint {
-    /// Slots the ring will have (an estimate when the backend's worker count is not known yet).
-    pub count: usize,
-    /// Bytes of one slot's input and output buffers, rounded as [`slot::Slot::reserve`] does.
-    pub input: usize,
-    pub output: usize,
-}
-
-impl SlotHint {
-    /// Opens the first DICOM file found under `inputs` and sizes slots for its frames; `None`
-    /// when there is none or it cannot be read (the pipeline then reports it as usual).
-    /// `workers` is the render worker count expected.
-    pub fn from_first_file(
-        settings: &Settings,
-        inputs: &[PathBuf],
-        workers: usize,
-    ) -> Option<Self> {
-        let mut first = None;
-        let never = AtomicBool::new(false);
-        crate::source::scan(inputs, Some(&settings.output_dir), &never, |item| {
-            if let crate::source::ScanItem::Dicom(c) = item {
-                first = Some(c);
-                return false;
-            }
-            true
-        });
-        let c = first?;
-        let limits = crate::decode::DecodeLimits {
-            max_frame_bytes: settings.max_frame_bytes,
-        };
-        // A hostile first file must not take the run down before it starts: the loaders will
-        // open it again and report it.
-        let info = std::panic::catch_unwind(|| {
-            crate::decode::ImageFile::open(&c.path, c.kind.clone(), limits)
-                .ok()
-                .map(|f| f.info.clone())
-        })
-        .ok()??;
-        let count = Sizing::with_workers(settings, workers).slots;
-        Some(SlotHint {
-            count,
-            input: slot::round_up(info.frame_bytes() as usize),
-            output: slot::round_up(info.output_capacity() as usize),
-        })
-    }
-}
-
 /// Shared, read-only context of the stage threads.
 pub(crate) struct Context<'a> {
-    pub settings: &'a Settings,
-    pub render: RenderOptions,
+    pub job: &'a Job,
     pub stats: Arc<Stats>,
     pub cancel: Arc<AtomicBool>,
     pub pool: SlotPool,
@@ -212,7 +165,7 @@ fn spawn_named<'scope, 'env>(
 /// Processes `inputs` with `backend` and returns what happened to every file.
 /// `cancel` stops loading new frames (in-flight frames are finished, nothing partial is left).
 pub fn run(
-    settings: &Settings,
+    job: &Job,
     inputs: &[PathBuf],
     backend: Arc<dyn Backend>,
     stats: Arc<Stats>,
@@ -220,15 +173,15 @@ pub fn run(
     tracer: Option<Arc<Tracer>>,
 ) -> Result<RunResult, FatalError> {
     let started = Instant::now();
-    let sizing = Sizing::from_settings(settings, backend.as_ref());
-    if sizing.shared && settings.loaders > 0 {
+    let sizing = Sizing::of(&job.pipeline, backend.as_ref());
+    if sizing.shared && job.pipeline.loaders > 0 {
         tracing::warn!(
             "pipeline.loaders = {} is not used: in the shared layout the writer threads load",
-            settings.loaders
+            job.pipeline.loaders
         );
     }
-    std::fs::create_dir_all(&settings.output_dir).map_err(|source| FatalError::OutputDir {
-        path: settings.output_dir.clone(),
+    std::fs::create_dir_all(&job.output.dir).map_err(|source| FatalError::OutputDir {
+        path: job.output.dir.clone(),
         source,
     })?;
     let pool = SlotPool::new(sizing.slots, 0, 0, backend.allocator())
@@ -314,11 +267,7 @@ pub fn run(
     }
 
     let ctx = Context {
-        settings,
-        render: RenderOptions {
-            window: settings.window,
-            voi_function: settings.voi_function,
-        },
+        job,
         stats: stats.clone(),
         cancel: cancel.clone(),
         pool: pool.clone(),
@@ -326,7 +275,7 @@ pub fn run(
         tracer,
     };
 
-    let mut collector = Collector::new(settings.fail_fast, cancel.clone(), stats.clone());
+    let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone());
     std::thread::scope(|s| -> Result<(), FatalError> {
         let event_tx = event_tx;
         let ctx = &ctx;
@@ -407,16 +356,16 @@ mod tests {
 
     #[test]
     fn writers_leave_the_loaders_their_cores() {
-        let with = |layout: Layout| Settings {
+        let with = |layout: Layout| PipelineOptions {
             layout,
-            ..Settings::default()
+            ..PipelineOptions::default()
         };
-        let sizes = |settings: &Settings, workers: usize, cores: usize| {
-            let z = Sizing::on_cores(settings, workers, cores);
+        let sizes = |opts: &PipelineOptions, workers: usize, cores: usize| {
+            let z = Sizing::on_cores(opts, workers, cores);
             (z.shared, z.loaders, z.workers, z.writers, z.slots)
         };
         let (auto, stages, shared) = (
-            Settings::default(),
+            PipelineOptions::default(),
             with(Layout::Stages),
             with(Layout::Shared),
         );
@@ -439,10 +388,10 @@ mod tests {
         assert_eq!(sizes(&stages, 2, 2), (false, 1, 2, 1, 8));
         assert_eq!(sizes(&shared, 2, 2), (true, 0, 2, 1, 7));
         // An explicit count is taken as it is, and a loader count keeps `auto` in stages.
-        let fixed = Settings {
+        let fixed = PipelineOptions {
             loaders: 3,
             writers: 7,
-            ..Settings::default()
+            ..PipelineOptions::default()
         };
         assert_eq!(sizes(&fixed, 4, 16), (false, 3, 4, 7, 20));
         assert_eq!(sizes(&fixed, 0, 16), (false, 3, 0, 7, 12));
@@ -452,18 +401,24 @@ mod tests {
     fn pause_holds_loading_in_every_layout_and_resume_finishes_the_run() {
         let dir = crate::scratch_dir("pause");
         let input = dir.join("in");
-        let opts = crate::synth::SynthOptions {
+        let opts = crate::source::synth::SynthOptions {
             size: 64,
             slices: 24,
             ..Default::default()
         };
-        crate::synth::write_series(&input, &opts).unwrap();
+        crate::source::synth::write_series(&input, &opts).unwrap();
         for layout in [Layout::Shared, Layout::Stages] {
-            let settings = Settings {
-                layout,
-                writers: 2,
-                output_dir: dir.join(format!("out-{layout:?}")),
-                ..Settings::default()
+            let job = Job {
+                pipeline: PipelineOptions {
+                    layout,
+                    writers: 2,
+                    ..PipelineOptions::default()
+                },
+                output: crate::output::options::OutputOptions {
+                    dir: dir.join(format!("out-{layout:?}")),
+                    ..Default::default()
+                },
+                ..Job::default()
             };
             let stats = Stats::new();
             stats.set_paused(true);
@@ -472,7 +427,7 @@ mod tests {
             let result = std::thread::scope(|s| {
                 let run = s.spawn(|| {
                     run(
-                        &settings,
+                        &job,
                         std::slice::from_ref(&input),
                         backend,
                         stats.clone(),
@@ -505,7 +460,7 @@ mod tests {
             std::thread::scope(|s| {
                 s.spawn(|| {
                     let r = run(
-                        &settings,
+                        &job,
                         std::slice::from_ref(&empty),
                         backend,
                         stats.clone(),
@@ -522,37 +477,6 @@ mod tests {
                 );
             });
         }
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn slot_hint_sizes_slots_for_the_first_dicom_file() {
-        let dir = crate::scratch_dir("slot-hint");
-        std::fs::write(dir.join("0-notes.txt"), b"not DICOM").unwrap();
-        let opts = crate::synth::SynthOptions {
-            size: 96,
-            slices: 2,
-            rgb: true,
-            ..Default::default()
-        };
-        crate::synth::write_series(&dir.join("series"), &opts).unwrap();
-        let settings = Settings {
-            loaders: 1,
-            writers: 2,
-            ..Settings::default()
-        };
-        let hint = SlotHint::from_first_file(&settings, std::slice::from_ref(&dir), 3).unwrap();
-        // RGB 8-bit: 3 bytes per pixel in, 3 out and a PNG filter byte per row; one loader +
-        // 2 × 3 workers + 2 writers + 2.
-        assert_eq!(hint.input, slot::round_up(96 * 96 * 3));
-        assert_eq!(hint.output, slot::round_up(96 * 96 * 3 + 96));
-        assert_eq!(hint.count, 1 + 2 * 3 + 2 + 2);
-
-        std::fs::remove_dir_all(dir.join("series")).unwrap();
-        assert_eq!(
-            SlotHint::from_first_file(&settings, std::slice::from_ref(&dir), 3),
-            None
-        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -11,20 +11,20 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::RenderWorker;
-use crate::config::Naming;
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
 use crate::error::Stage;
-use crate::output::encode::{EncodeOptions, ImageEncoder};
+use crate::memory::{Slot, TakeOr};
+use crate::observe::stats::StageId;
+use crate::output::encode::ImageEncoder;
+use crate::output::options::Naming;
 use crate::output::{atomic, naming};
 use crate::pipeline::events::{Event, FileMeta};
-use crate::pipeline::slot::{Slot, TakeOr};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
 use crate::source::{self, Candidate, ScanItem};
-use crate::stats::StageId;
 
-/// One frame in flight.
-pub(crate) struct Job {
+/// One frame in flight: its slot, its plan, and where it goes.
+pub(crate) struct InFlight {
     slot: Slot,
     plan: FramePlan,
     id: usize,
@@ -48,7 +48,7 @@ fn panic_reason(what: &str) -> String {
 /// too, but only after reading the event, and by then a fast loader may have started every
 /// remaining file.
 fn send_failure(ctx: &Context, events: &Sender<Event>, event: Event) -> bool {
-    if ctx.settings.fail_fast {
+    if ctx.job.pipeline.fail_fast {
         ctx.cancel.store(true, Ordering::Relaxed);
     }
     events.send(event).is_ok()
@@ -62,7 +62,7 @@ pub(crate) fn scan_stage(
 ) {
     let rec = ctx.stats.recorder(StageId::Scan);
     let mut last = Instant::now();
-    let exclude = Some(ctx.settings.output_dir.as_path());
+    let exclude = Some(ctx.job.output.dir.as_path());
     source::scan(inputs, exclude, &ctx.cancel, |item| {
         let now = Instant::now();
         rec.record(now - last);
@@ -98,7 +98,7 @@ pub(crate) fn scan_stage(
 pub(crate) fn load_stage(
     ctx: &Context,
     rx: Receiver<ScanItem>,
-    tx: Sender<Job>,
+    tx: Sender<InFlight>,
     events: Sender<Event>,
 ) {
     let mut loader = Loader::new(ctx);
@@ -112,7 +112,7 @@ pub(crate) fn load_stage(
 
 /// A loading thread's recorder and reusable scratch buffer.
 struct Loader {
-    rec: crate::stats::Recorder,
+    rec: crate::observe::stats::Recorder,
     scratch: Vec<u8>,
 }
 
@@ -130,7 +130,7 @@ impl Loader {
         &mut self,
         ctx: &Context,
         item: ScanItem,
-        tx: &Sender<Job>,
+        tx: &Sender<InFlight>,
         events: &Sender<Event>,
         wait: &mut SlotWait,
     ) {
@@ -168,9 +168,9 @@ impl Loader {
         &mut self,
         ctx: &Context,
         item: ScanItem,
-        tx: &Sender<Job>,
+        tx: &Sender<InFlight>,
         writer: &mut Writer,
-        queued: &Receiver<Job>,
+        queued: &Receiver<InFlight>,
         events: &Sender<Event>,
     ) {
         let mut wait = SlotWait::Finish {
@@ -190,7 +190,7 @@ enum SlotWait<'a> {
     /// free: a thread that also writes never sits idle beside a full queue.
     Finish {
         writer: &'a mut Writer,
-        queued: &'a Receiver<Job>,
+        queued: &'a Receiver<InFlight>,
         events: &'a Sender<Event>,
     },
 }
@@ -224,8 +224,8 @@ pub(crate) fn shared_stage(
     ctx: &Context,
     renderer: Option<Box<dyn RenderWorker>>,
     scan: Receiver<ScanItem>,
-    loaded_tx: Sender<Job>,
-    loaded: Receiver<Job>,
+    loaded_tx: Sender<InFlight>,
+    loaded: Receiver<InFlight>,
     events: Sender<Event>,
 ) {
     let mut writer = Writer::new(ctx, renderer);
@@ -289,13 +289,13 @@ pub(crate) fn shared_stage(
 
 /// Output path of every frame.
 fn output_paths(ctx: &Context, c: &Candidate, info: &ImageInfo) -> Vec<PathBuf> {
-    let ext = ctx.settings.format.extension();
-    let base = match &ctx.settings.naming {
+    let ext = ctx.job.output.format.extension();
+    let base = match &ctx.job.output.naming {
         Naming::Mirror => naming::mirror_base(&c.rel),
         Naming::Pattern(p) => naming::expand_pattern(p, &naming_values(c, info)),
     };
     (0..info.frames)
-        .map(|f| naming::frame_path(&ctx.settings.output_dir, &base, info.frames, f, ext))
+        .map(|f| naming::frame_path(&ctx.job.output.dir, &base, info.frames, f, ext))
         .collect()
 }
 
@@ -321,15 +321,15 @@ fn naming_values(c: &Candidate, info: &ImageInfo) -> std::collections::BTreeMap<
 fn load_file(
     ctx: &Context,
     c: &Candidate,
-    tx: &Sender<Job>,
+    tx: &Sender<InFlight>,
     events: &Sender<Event>,
-    rec: &crate::stats::Recorder,
+    rec: &crate::observe::stats::Recorder,
     scratch: &mut Vec<u8>,
     wait: &mut SlotWait,
 ) {
     let t0 = Instant::now();
     let limits = DecodeLimits {
-        max_frame_bytes: ctx.settings.max_frame_bytes,
+        max_frame_bytes: ctx.job.pipeline.max_frame_bytes,
     };
     let mut file = match ImageFile::open(&c.path, c.kind.clone(), limits) {
         Ok(f) => f,
@@ -408,7 +408,7 @@ fn load_file(
             );
             continue;
         }
-        if ctx.settings.skip_existing && output.exists() {
+        if ctx.job.output.skip_existing && output.exists() {
             let _ = events.send(Event::FrameExisting {
                 id: c.id,
                 frame,
@@ -416,7 +416,7 @@ fn load_file(
             });
             continue;
         }
-        let plan = match plan_frame(&info, frame, &ctx.render) {
+        let plan = match plan_frame(&info, frame, &ctx.job.render) {
             Ok(p) => p,
             Err(reason) => {
                 fail(Stage::Render, reason);
@@ -471,7 +471,7 @@ fn load_file(
             }
             None => String::new(),
         };
-        let job = Job {
+        let job = InFlight {
             slot,
             plan,
             id: c.id,
@@ -503,9 +503,9 @@ fn claim(ctx: &Context, output: &Path) -> Option<PathBuf> {
 
 /// The recorders of the render stages, one set per rendering thread.
 struct RenderRecorders {
-    transfer_in: crate::stats::Recorder,
-    compute: crate::stats::Recorder,
-    transfer_out: crate::stats::Recorder,
+    transfer_in: crate::observe::stats::Recorder,
+    compute: crate::observe::stats::Recorder,
+    transfer_out: crate::observe::stats::Recorder,
 }
 
 impl RenderRecorders {
@@ -523,10 +523,10 @@ impl RenderRecorders {
 fn render_job(
     ctx: &Context,
     worker: &mut dyn RenderWorker,
-    mut job: Job,
+    mut job: InFlight,
     rec: &RenderRecorders,
     events: &Sender<Event>,
-) -> Option<Job> {
+) -> Option<InFlight> {
     let start = Instant::now();
     let result = catch_unwind(AssertUnwindSafe(|| worker.render(&job.plan, &mut job.slot)));
     let reason = match result {
@@ -558,7 +558,7 @@ fn render_job(
             job.png_rows = outcome.png_rows;
             return Some(job);
         }
-        Ok(Err(reason)) => reason,
+        Ok(Err(e)) => e.to_string(),
         Err(_) => panic_reason("rendering"),
     };
     let _ = send_failure(
@@ -578,8 +578,8 @@ fn render_job(
 pub(crate) fn render_stage(
     ctx: &Context,
     mut worker: Box<dyn RenderWorker>,
-    rx: Receiver<Job>,
-    tx: Sender<Job>,
+    rx: Receiver<InFlight>,
+    tx: Sender<InFlight>,
     events: Sender<Event>,
 ) {
     let rec = RenderRecorders::new(ctx);
@@ -597,7 +597,7 @@ pub(crate) fn render_stage(
 pub(crate) fn write_stage(
     ctx: &Context,
     renderer: Option<Box<dyn RenderWorker>>,
-    rx: Receiver<Job>,
+    rx: Receiver<InFlight>,
     events: Sender<Event>,
 ) {
     let mut writer = Writer::new(ctx, renderer);
@@ -611,13 +611,13 @@ pub(crate) fn write_stage(
 struct Writer {
     encoder: ImageEncoder,
     renderer: Option<(Box<dyn RenderWorker>, RenderRecorders)>,
-    rec_encode: crate::stats::Recorder,
-    rec_write: crate::stats::Recorder,
-    rec_latency: crate::stats::Recorder,
+    rec_encode: crate::observe::stats::Recorder,
+    rec_write: crate::observe::stats::Recorder,
+    rec_latency: crate::observe::stats::Recorder,
 }
 
 fn new_encoder(ctx: &Context) -> ImageEncoder {
-    ImageEncoder::new(EncodeOptions::of(ctx.settings))
+    ImageEncoder::new(ctx.job.output.encode())
 }
 
 impl Writer {
@@ -633,7 +633,7 @@ impl Writer {
 
     /// Renders `job` when this writer renders, encodes it, gives its slot back and writes the
     /// output atomically; reports the frame done or failed.
-    fn finish(&mut self, ctx: &Context, job: Job, events: &Sender<Event>) {
+    fn finish(&mut self, ctx: &Context, job: InFlight, events: &Sender<Event>) {
         let job = match self.renderer.as_mut() {
             Some((worker, rec)) => match render_job(ctx, worker.as_mut(), job, rec, events) {
                 Some(job) => job,
@@ -641,7 +641,7 @@ impl Writer {
             },
             None => job,
         };
-        let Job {
+        let InFlight {
             slot,
             plan,
             id,

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::render::lut::Lut;
+use crate::decode::lut::Lut;
 use crate::render::plan::{AutoWindow, GrayPlan, Modality, Voi, Window};
 use crate::render::spec::VoiFunction;
 

@@ -4,7 +4,6 @@
 
 pub mod chain;
 pub mod color;
-pub mod lut;
 pub mod plan;
 pub mod spec;
 pub mod table;

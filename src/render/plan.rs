@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::decode::info::{ImageInfo, Photometric};
-use crate::render::lut::Lut;
+use crate::decode::lut::Lut;
 use crate::render::spec::{VoiFunction, WindowSpec};
 
 /// How stored values sit in their container (PS3.5 8.1.1).
@@ -172,8 +172,9 @@ impl FramePlan {
     }
 }
 
-/// The render choices of a run (from the settings).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The render choices of a run: the VOI the user asked for and an override of the file's VOI
+/// LUT function.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct RenderOptions {
     pub window: WindowSpec,
     pub voi_function: Option<VoiFunction>,

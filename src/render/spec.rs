@@ -5,10 +5,11 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Which VOI transformation the user asked for.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum WindowSpec {
     /// The file's window, else min-max (the default: `file` is `file:1` with fallback).
+    #[default]
     Default,
     /// The n-th window (1-based) stored in the file (`file:N`, DCMTK `+Wi n`).
     File { index: usize },

@@ -3,6 +3,7 @@
 //! under (for mirrored output names).
 
 pub mod series;
+pub mod synth;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -156,17 +156,6 @@ impl Device {
     pub fn raw(&self) -> sys::CUdevice {
         self.dev
     }
-
-    /// Free and total device memory.
-    pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
-        self.bind()?;
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: out pointers valid, context current.
-        check("cuMemGetInfo", unsafe {
-            sys::cuMemGetInfo_v2(&mut free, &mut total)
-        })?;
-        Ok((free, total))
-    }
 }
 
 impl Drop for Device {

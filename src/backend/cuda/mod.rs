@@ -6,7 +6,6 @@
 //! Nothing in this module touches the driver before [`driver::probe`] succeeded: on a machine
 //! without libcuda, `auto` quietly picks the CPU and `cuda` is a clear error.
 
-pub mod bench;
 pub mod driver;
 pub mod libs;
 pub mod nvrtc;
@@ -16,12 +15,10 @@ mod worker;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{Backend, BackendInfo, RenderWorker};
-use crate::config::{GpuSelection, Settings, Transfer};
-use crate::output::encode::{png_filter_mode, EncodeOptions};
-use crate::pipeline::slot::{HeapAllocator, HostAllocator};
-use crate::pipeline::SlotHint;
-use crate::stats::{GpuFigures, Stats};
+use crate::backend::options::{GpuOptions, GpuSelection, PageLocking, Transfer};
+use crate::backend::{Backend, BackendError, BackendInfo, RenderError, RenderWorker};
+use crate::memory::{HeapAllocator, HostAllocator, SlotHint};
+use crate::observe::stats::{GpuFigures, Stats};
 use driver::{Device, MappedRegion, Module};
 
 /// How slices reach the GPU.
@@ -65,8 +62,11 @@ impl Shared {
     fn strategy(
         &self,
         measure: impl FnOnce(&[Strategy]) -> Vec<(Strategy, f64)>,
-    ) -> Result<Strategy, String> {
-        let mut chosen = self.chosen.lock().map_err(|_| "strategy lock poisoned")?;
+    ) -> Result<Strategy, RenderError> {
+        let mut chosen = self
+            .chosen
+            .lock()
+            .map_err(|_| RenderError::Internal("strategy lock poisoned".into()))?;
         if let Some(s) = *chosen {
             return Ok(s);
         }
@@ -76,7 +76,7 @@ impl Shared {
             .filter(|(_, ms)| ms.is_finite())
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map(|x| x.0)
-            .ok_or("no transfer strategy worked on the first frame")?;
+            .ok_or(RenderError::NoStrategy)?;
         let summary: Vec<String> = table
             .iter()
             .map(|(s, ms)| format!("{} {:.3} ms", s.name(), ms))
@@ -209,9 +209,9 @@ fn visible_of(nodes: usize, cuda_visible_devices: Option<&str>) -> usize {
 }
 
 /// The pinned-memory budget in bytes.
-fn pinned_budget(settings: &Settings) -> u64 {
-    if settings.pinned_budget_bytes > 0 {
-        settings.pinned_budget_bytes
+fn pinned_budget(gpu: &GpuOptions) -> u64 {
+    if gpu.pinned_budget_bytes > 0 {
+        gpu.pinned_budget_bytes
     } else {
         pinned::default_budget()
     }
@@ -231,12 +231,18 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     /// Opens the selected devices, compiles or loads the kernels, and sets up the pools.
-    /// Fails (with the reason) when CUDA is not usable here.
-    pub fn new(settings: &Settings, reason: &str) -> Result<CudaBackend, String> {
+    /// `png_filter` is the PNG row filter the kernels apply after rendering (see
+    /// [`crate::output::encode::png_filter_mode`]), `None` for plain pixels. Fails (with the
+    /// reason) when CUDA is not usable here.
+    pub fn new(
+        gpu: &GpuOptions,
+        png_filter: Option<u32>,
+        reason: &str,
+    ) -> Result<CudaBackend, String> {
         let started = std::time::Instant::now();
         let count = driver::probe()?;
         let probed = started.elapsed();
-        let ordinals: Vec<usize> = match &settings.gpus {
+        let ordinals: Vec<usize> = match &gpu.gpus {
             GpuSelection::All => (0..count).collect(),
             GpuSelection::List(l) => {
                 if let Some(bad) = l.iter().find(|&&i| i >= count) {
@@ -248,12 +254,12 @@ impl CudaBackend {
         let mut devices = Vec::new();
         for &i in &ordinals {
             let d = Device::open(i).map_err(|e| format!("GPU {i}: {e}"))?;
-            driver::set_release_threshold(&d, settings.release_threshold_bytes)
+            driver::set_release_threshold(&d, gpu.release_threshold_bytes)
                 .map_err(|e| format!("GPU {i}: {e}"))?;
             devices.push(d);
         }
         let opened = started.elapsed();
-        let cache = nvrtc::cache_dir(settings.kernel_cache.as_deref());
+        let cache = nvrtc::cache_dir(gpu.kernel_cache.as_deref());
         let mut modules = Vec::new();
         let mut kernels = String::new();
         for d in &devices {
@@ -290,18 +296,18 @@ impl CudaBackend {
             "; CUDA ready in {:.0} ms",
             loaded.as_secs_f64() * 1e3
         ));
-        let budget = pinned_budget(settings);
+        let budget = pinned_budget(gpu);
         let pinned = Arc::new(pinned::PinnedAllocator::new(
             devices[0].clone(),
-            settings.page_locking,
+            gpu.page_locking,
             budget,
         ));
-        let allocator: Arc<dyn HostAllocator> = if settings.transfer == Transfer::Pageable {
+        let allocator: Arc<dyn HostAllocator> = if gpu.transfer == Transfer::Pageable {
             Arc::new(HeapAllocator::default())
         } else {
             pinned.clone()
         };
-        let chosen = match settings.transfer {
+        let chosen = match gpu.transfer {
             Transfer::Auto => None,
             Transfer::ZeroCopy => Some(Strategy::ZeroCopy),
             Transfer::Pinned => Some(Strategy::Pinned),
@@ -314,7 +320,7 @@ impl CudaBackend {
             calibration: Mutex::new(Vec::new()),
             stats: std::sync::OnceLock::new(),
             pinned: allocator.clone(),
-            png_filter: png_filter_mode(&EncodeOptions::of(settings)),
+            png_filter,
         });
         shared.publish();
         Ok(CudaBackend {
@@ -322,41 +328,43 @@ impl CudaBackend {
             pinned,
             modules,
             allocator,
-            streams: settings.streams,
-            transfer: settings.transfer,
+            streams: gpu.streams,
+            transfer: gpu.transfer,
             kernels,
             reason: reason.to_string(),
         })
     }
 
-    /// [`CudaBackend::new`], while another thread finds the first DICOM file under `inputs`
-    /// and faults in slot memory for its frame size, so that the first frames do not wait for
-    /// it (`register` page-locking, transfers that use pinned slots; the ring has `streams` ×
-    /// GPUs render workers, the GPUs of `gpus = "all"` counted from their device nodes before
-    /// the driver can say).
+    /// [`CudaBackend::new`], while another thread asks `hint` how large the first frames'
+    /// slots will be (given the render worker count) and faults in slot memory for them, so
+    /// that the first frames do not wait for it (`register` page-locking, transfers that use
+    /// pinned slots; the ring has `streams` × GPUs render workers, the GPUs of `gpus = "all"`
+    /// counted from their device nodes before the driver can say).
     pub fn new_prepared(
-        settings: &Settings,
+        gpu: &GpuOptions,
+        png_filter: Option<u32>,
         reason: &str,
-        inputs: &[std::path::PathBuf],
+        hint: Option<&(dyn Fn(usize) -> Option<SlotHint> + Sync)>,
     ) -> Result<CudaBackend, String> {
-        let prepare = settings.page_locking == crate::config::PageLocking::Register
-            && settings.transfer != Transfer::Pageable
-            && !inputs.is_empty()
-            && driver::libraries().is_ok();
-        let workers = settings.streams
-            * match &settings.gpus {
+        let hint = hint.filter(|_| {
+            gpu.page_locking == PageLocking::Register
+                && gpu.transfer != Transfer::Pageable
+                && driver::libraries().is_ok()
+        });
+        let workers = gpu.streams
+            * match &gpu.gpus {
                 GpuSelection::All => visible_gpus().max(1),
                 GpuSelection::List(l) => l.len().max(1),
             };
         std::thread::scope(|s| {
-            let prefault = prepare.then(|| {
-                s.spawn(|| {
-                    SlotHint::from_first_file(settings, inputs, workers)
-                        .map(|h| prefault_slots(h, pinned_budget(settings)))
+            let prefault = hint.map(|hint| {
+                s.spawn(move || {
+                    hint(workers)
+                        .map(|h| prefault_slots(h, pinned_budget(gpu)))
                         .unwrap_or_default()
                 })
             });
-            let backend = CudaBackend::new(settings, reason)?;
+            let backend = CudaBackend::new(gpu, png_filter, reason)?;
             if let Some(handle) = prefault {
                 let regions = handle.join().unwrap_or_default();
                 let (count, t) = (regions.len(), std::time::Instant::now());
@@ -428,7 +436,7 @@ impl Backend for CudaBackend {
         self.allocator.clone()
     }
 
-    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, String> {
+    fn worker(&self, index: usize) -> Result<Box<dyn RenderWorker>, BackendError> {
         let slot = index % self.shared.devices.len();
         let w =
             worker::CudaWorker::new(index, slot, self.shared.clone(), self.modules[slot].clone())?;

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
 use super::{Shared, Strategy};
 use crate::backend::cpu::CpuRenderer;
-use crate::backend::{RenderOutcome, RenderTimings, RenderWorker};
-use crate::pipeline::slot::Slot;
+use crate::backend::{BackendError, RenderError, RenderOutcome, RenderTimings, RenderWorker};
+use crate::memory::Slot;
 use crate::render::chain::{self, Resolved, ResolvedVoi};
 use crate::render::plan::{Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Window};
 use crate::render::table::{self, IndexMap};
@@ -105,15 +105,15 @@ impl CudaWorker {
         device_slot: usize,
         shared: Arc<Shared>,
         module: Arc<Module>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BackendError> {
         let device = shared.devices[device_slot].clone();
-        let stream = Stream::new(&device).map_err(|e| e.to_string())?;
-        let k = Kernels::load(&module).map_err(|e| e.to_string())?;
+        let stream = Stream::new(&device)?;
+        let k = Kernels::load(&module)?;
         let ev = [
-            Event::new(&device).map_err(|e| e.to_string())?,
-            Event::new(&device).map_err(|e| e.to_string())?,
-            Event::new(&device).map_err(|e| e.to_string())?,
-            Event::new(&device).map_err(|e| e.to_string())?,
+            Event::new(&device)?,
+            Event::new(&device)?,
+            Event::new(&device)?,
+            Event::new(&device)?,
         ];
         Ok(CudaWorker {
             index,
@@ -268,14 +268,14 @@ impl CudaWorker {
         map: IndexMap,
         pixels: u64,
         io: Io,
-    ) -> Result<Option<Window>, String> {
-        let cuda = |e: CudaError| e.to_string();
+    ) -> Result<Option<Window>, RenderError> {
+        let cuda = RenderError::Cuda;
         let stats = if chain::needs_statistics(g) {
             Some(self.histogram(g, map, io, pixels).map_err(cuda)?)
         } else {
             None
         };
-        let resolved = chain::resolve(g, stats.as_ref())?;
+        let resolved = chain::resolve(g, stats.as_ref()).map_err(RenderError::Plan)?;
         let key = TableKey::Gray(g.clone(), resolved.clone());
         if self.table_key.as_ref() != Some(&key) {
             table::build_gray_table(g, &resolved, map, &mut self.host_table);
@@ -308,9 +308,10 @@ impl CudaWorker {
         })
     }
 
-    fn render_color(&mut self, c: &ColorPlan, pixels: u64, io: Io) -> Result<(), String> {
-        let cuda = |e: CudaError| e.to_string();
-        let map = IndexMap::of(&c.stored).ok_or("colour samples deeper than 16 bits")?;
+    fn render_color(&mut self, c: &ColorPlan, pixels: u64, io: Io) -> Result<(), RenderError> {
+        let cuda = RenderError::Cuda;
+        let map = IndexMap::of(&c.stored)
+            .ok_or_else(|| RenderError::Plan("colour samples deeper than 16 bits".into()))?;
         let bytes = c.stored.bytes() as u32;
         if let ColorModel::Palette(_) = c.model {
             let key = TableKey::Palette(c.clone());
@@ -387,8 +388,8 @@ impl CudaWorker {
         strategy: Strategy,
         plan: &FramePlan,
         slot: &mut Slot,
-    ) -> Result<RenderOutcome, String> {
-        let cuda = |e: CudaError| e.to_string();
+    ) -> Result<RenderOutcome, RenderError> {
+        let cuda = RenderError::Cuda;
         self.shared.devices[self.device_slot].bind().map_err(cuda)?;
         let in_bytes = plan.input_bytes();
         let png_filter = self.shared.png_filter;
@@ -420,7 +421,11 @@ impl CudaWorker {
         let window = match &plan.chain {
             Chain::Gray(g) => match IndexMap::of(&g.stored) {
                 Some(map) => self.render_gray(g, map, pixels, io)?,
-                None => return Err("internal: deep grayscale routed to the GPU".into()),
+                None => {
+                    return Err(RenderError::Internal(
+                        "deep grayscale routed to the GPU".into(),
+                    ))
+                }
             },
             Chain::Color(c) => {
                 self.render_color(c, pixels, io)?;
@@ -510,7 +515,7 @@ impl CudaWorker {
 }
 
 impl RenderWorker for CudaWorker {
-    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, String> {
+    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
         // Stored values deeper than 16 bits have no table: the CPU reference renders them.
         if let Chain::Gray(g) = &plan.chain {
             if IndexMap::of(&g.stored).is_none() {
@@ -520,12 +525,14 @@ impl RenderWorker for CudaWorker {
         let shared = self.shared.clone();
         let strategy = shared.strategy(|candidates| self.calibrate(candidates, plan, slot))?;
         let result = match self.render_with(strategy, plan, slot) {
-            Err(e) if e.contains("OUT_OF_MEMORY") => {
+            Err(e) if e.is_out_of_memory() => {
                 // Give the pool back what this worker caches, then try once more.
                 self.release_caches();
                 let _ = self.stream.synchronize();
-                self.render_with(strategy, plan, slot)
-                    .map_err(|e| format!("{e} (after freeing cached device memory)"))
+                self.render_with(strategy, plan, slot).map_err(|e| match e {
+                    RenderError::Cuda(e) => RenderError::CudaAfterRetry(e),
+                    other => other,
+                })
             }
             other => other,
         };
@@ -533,11 +540,10 @@ impl RenderWorker for CudaWorker {
             self.shared.frames[self.device_slot].fetch_add(1, Ordering::Relaxed);
         }
         self.publish();
-        result.map_err(|e| {
-            format!(
-                "CUDA worker {} on GPU {}: {e}",
-                self.index, self.shared.devices[self.device_slot].ordinal
-            )
+        result.map_err(|e| RenderError::OnGpu {
+            worker: self.index,
+            gpu: self.shared.devices[self.device_slot].ordinal,
+            source: Box::new(e),
         })
     }
 }

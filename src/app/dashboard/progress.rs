@@ -9,8 +9,8 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use dicomflow::stats::Stats;
-use dicomflow::trace::Tracer;
+use dicomflow::observe::stats::Stats;
+use dicomflow::observe::trace::Tracer;
 
 use super::app::{Progress, Rates};
 use super::{logsink, sample_counters, wait};

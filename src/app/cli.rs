@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use dicomflow::config::{RawConfig, RawGpus};
+use crate::app::config::{RawConfig, RawGpus};
 
 /// DICOM folders to 8-bit images, in real time, on the GPU when one is present.
 #[derive(Debug, Parser)]

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use dicom_encoding::transfer_syntax::TransferSyntaxIndex;
 
-use crate::decode::{probe, DecodeLimits, ImageFile};
-use crate::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
+use dicomflow::decode::{probe, DecodeLimits, ImageFile};
+use dicomflow::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
 
 /// Describes `path` as text; `opts` is the window choice to explain.
 pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
@@ -194,4 +194,34 @@ pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
         }
     }
     Ok(s)
+}
+
+/// `dicomflow inspect`: prints what `run` would do with the file; exit 1 when it cannot be read.
+pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error::FatalError> {
+    use dicomflow::error::FatalError;
+    let window = a
+        .window
+        .parse()
+        .map_err(|e: String| FatalError::Config(format!("--window: {e}")))?;
+    let voi_function = match &a.voi_function {
+        Some(v) => dicomflow::render::spec::parse_voi_override(v)
+            .map_err(|e| FatalError::Config(format!("--voi-function: {e}")))?,
+        None => None,
+    };
+    match describe(
+        &a.file,
+        &RenderOptions {
+            window,
+            voi_function,
+        },
+    ) {
+        Ok(text) => {
+            print!("{text}");
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("dicomflow: {e}");
+            Ok(1)
+        }
+    }
 }

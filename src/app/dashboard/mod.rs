@@ -27,10 +27,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver};
 use crossterm::event::{Event, KeyCode, KeyEventKind, KeyModifiers};
 
-use dicomflow::config::TuiMode;
+use crate::app::config::TuiMode;
 use dicomflow::error::FatalError;
-use dicomflow::stats::{GaugeSnapshot, Stats};
-use dicomflow::trace::Tracer;
+use dicomflow::observe::stats::{GaugeSnapshot, Stats};
+use dicomflow::observe::trace::Tracer;
 
 pub use logsink::LogSink;
 

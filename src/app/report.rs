@@ -3,10 +3,10 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::backend::BackendInfo;
-use crate::config::Settings;
-use crate::pipeline::{FileStatus, RunResult};
-use crate::stats::{GpuFigures, Snapshot};
+use crate::app::config::Settings;
+use dicomflow::backend::BackendInfo;
+use dicomflow::observe::stats::{GpuFigures, Snapshot};
+use dicomflow::pipeline::{FileStatus, RunResult};
 
 /// Version of the report's layout (docs/report-schema.json). Fields may be added without a
 /// change of version; removing or changing one changes it.
@@ -110,7 +110,7 @@ pub fn write_report(
         process,
     };
     let bytes = serde_json::to_vec_pretty(&report)?;
-    crate::output::atomic::write_atomic(path, &bytes)
+    dicomflow::output::atomic::write_atomic(path, &bytes)
 }
 
 fn mb(bytes: u64) -> String {
@@ -136,7 +136,7 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
             String::new()
         }
     );
-    if result.exit_code() == crate::pipeline::events::EXIT_INTERRUPTED {
+    if result.exit_code() == dicomflow::pipeline::events::EXIT_INTERRUPTED {
         let _ = writeln!(
             s,
             "  stopped before every input was done (exit 130); run again with --skip-existing to complete it"

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dicomflow::stats::{Snapshot, StageId};
+use dicomflow::observe::stats::{Snapshot, StageId};
 
 /// Length of the window for recent rates, seconds.
 const WINDOW_S: f64 = 2.0;

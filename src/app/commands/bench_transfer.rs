@@ -5,14 +5,18 @@
 //! large pinned copies. The kernel is the production table-apply kernel. A traffic section
 //! times it beside probes (kernels/probes.cu) that move only part of its traffic or move it
 //! another way, and prints the floor that the bus sets for any kernel reading through the
-//! mapping (BENCHMARKS.md, "Why 1.10× is out of reach").
+//! mapping: on the H200 host SM-issued reads travel as 128-byte requests and reach 51 GB/s
+//! where the copy engines reach 55, so a kernel that reads a 2000² slot through the mapping
+//! needs 1.08× the copy-engine bound for its reads alone (current table: BENCHMARKS.md).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::driver::{self, Args, CudaError, Device, DeviceBuffer, Event, Function, Module, Stream};
-use super::nvrtc;
+use dicomflow::backend::cuda::driver::{
+    self, Args, CudaError, Device, DeviceBuffer, Event, Function, Module, Stream,
+};
+use dicomflow::backend::cuda::nvrtc;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -576,9 +580,10 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         .unwrap_or(opts.sizes[0]);
     let s = opts.streams.iter().copied().max().unwrap_or(1);
     let mut variants = Vec::new();
-    // Measured and dropped (BENCHMARKS.md, optimization log items 3, 25, 33): more loads in
-    // flight per thread, other grids, and bulk (TMA) copies both ways were no faster than
-    // gray_apply_u16.
+    // No probe for what was measured and dropped on the H200 at 2000²: two or four 16-byte
+    // loads in flight per thread (0.166 / 0.169 ms), grids of 132 to 1056 blocks (0.163 ms
+    // for every grid) and bulk (TMA) copies both ways (0.166–0.189 ms) were no faster than
+    // gray_apply_u16: the mapped reads set the pace, not the kernel.
     let sms = device.multiprocessors;
     let probe = |kernel, per_thread, read, written| Probe {
         kernel,
@@ -737,6 +742,19 @@ pub fn run(opts: &TransferBenchOptions) -> Result<String, String> {
         let _ = writeln!(out, "  {label:<90} {ms:>8.1} ms");
     }
     Ok(out)
+}
+
+/// `dicomflow bench transfer`: prints the table; exit 2 without a usable GPU.
+pub fn execute(a: &crate::app::cli::TransferArgs) -> Result<i32, dicomflow::error::FatalError> {
+    let opts = TransferBenchOptions {
+        sizes: a.sizes.clone(),
+        iters: a.iters.max(3),
+        streams: a.streams.clone(),
+        device: a.device,
+    };
+    let table = run(&opts).map_err(dicomflow::error::FatalError::Backend)?;
+    print!("{table}");
+    Ok(0)
 }
 
 #[cfg(test)]

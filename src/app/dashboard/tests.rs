@@ -7,8 +7,10 @@ use std::time::Duration;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
-use dicomflow::config::TuiMode;
-use dicomflow::stats::{ErrorEntry, GaugeSnapshot, GpuFigures, Snapshot, StageId, StageSnapshot};
+use crate::app::config::TuiMode;
+use dicomflow::observe::stats::{
+    ErrorEntry, GaugeSnapshot, GpuFigures, Snapshot, StageId, StageSnapshot,
+};
 
 use super::app::{App, Progress, Rates};
 use super::draw::draw;
@@ -340,8 +342,8 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
-    use dicomflow::stats::Stats;
-    use dicomflow::trace::Tracer;
+    use dicomflow::observe::stats::Stats;
+    use dicomflow::observe::trace::Tracer;
 
     use super::{supervise, Options};
 

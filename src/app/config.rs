@@ -7,12 +7,18 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::error::FatalError;
-use crate::render::spec::{parse_voi_override, VoiFunction, WindowSpec};
+use dicomflow::backend::options::{
+    BackendChoice, BackendOptions, GpuSelection, PageLocking, Transfer,
+};
+use dicomflow::error::FatalError;
+use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter};
+use dicomflow::pipeline::options::{Job, Layout};
+use dicomflow::render::spec::parse_voi_override;
 
 /// The configuration shipped in `config/default.toml`; a test checks that it equals
 /// [`Settings::default`].
-pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+#[cfg(test)]
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
 /// One layer of configuration as written by the user: every key optional.
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -112,7 +118,8 @@ pub struct RawDashboard {
 /// Where a layer of configuration came from, for error messages.
 #[derive(Debug, Clone)]
 pub enum Origin {
-    /// The built-in defaults (`config/default.toml` compiled into the binary).
+    /// The built-in defaults (`config/default.toml`, checked against [`Settings::default`]).
+    #[cfg(test)]
     Defaults,
     /// A TOML file given with `-c`.
     File(PathBuf),
@@ -123,120 +130,12 @@ pub enum Origin {
 impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            #[cfg(test)]
             Origin::Defaults => write!(f, "built-in defaults"),
             Origin::File(p) => write!(f, "{}", p.display()),
             Origin::Cli => write!(f, "command line"),
         }
     }
-}
-
-/// Output image format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutputFormat {
-    Png,
-    Jpeg,
-    Tiff,
-    Bmp,
-}
-
-impl OutputFormat {
-    /// File extension written for this format.
-    pub fn extension(self) -> &'static str {
-        match self {
-            OutputFormat::Png => "png",
-            OutputFormat::Jpeg => "jpg",
-            OutputFormat::Tiff => "tiff",
-            OutputFormat::Bmp => "bmp",
-        }
-    }
-}
-
-/// PNG deflate effort.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PngCompression {
-    /// Stored blocks only.
-    None,
-    /// fdeflate's ultra-fast mode (the default: see BENCHMARKS.md).
-    Fast,
-    /// zlib level 6 equivalent.
-    Balanced,
-    /// zlib level 9 equivalent.
-    Best,
-}
-
-/// PNG row filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PngFilter {
-    None,
-    Sub,
-    Up,
-    Paeth,
-    Adaptive,
-}
-
-/// How output files are named.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Naming {
-    /// Mirror the input tree under the output directory (the default).
-    Mirror,
-    /// A pattern of `{Keyword}` / `{Keyword:0N}` placeholders, e.g.
-    /// `{SeriesInstanceUID}/{InstanceNumber:04}`; values are sanitized.
-    Pattern(String),
-}
-
-/// Which compute backend runs the render chain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendChoice {
-    Auto,
-    Cuda,
-    Cpu,
-}
-
-/// How slices reach the GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Transfer {
-    Auto,
-    ZeroCopy,
-    Pinned,
-    Pageable,
-}
-
-/// How the pipeline's threads share its stages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Layout {
-    /// `shared` unless a loader count is given.
-    Auto,
-    /// A pool per stage: loaders, render workers (when the backend has them), writers.
-    Stages,
-    /// One pool of threads that each load frames and finish them (render when there are no
-    /// render workers, encode, write), finishing queued frames before loading more.
-    Shared,
-}
-
-/// How slot memory is page-locked for the GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PageLocking {
-    /// Ordinary memory on transparent huge pages, faulted in by the thread that needs it, then
-    /// `cuMemHostRegister`ed: the driver's lock is held only for the short registration.
-    Register,
-    /// `cuMemHostAlloc`: the driver zeroes and pins every 4 KiB page under its lock.
-    HostAlloc,
-}
-
-/// Which GPUs to use.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GpuSelection {
-    All,
-    List(Vec<usize>),
 }
 
 /// Whether the live dashboard is shown.
@@ -249,86 +148,41 @@ pub enum TuiMode {
     Off,
 }
 
-/// The checked settings of one run. Built from [`Settings::default`] by [`Settings::apply`].
+/// The dashboard's options (the binary's own).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Settings {
-    pub window: WindowSpec,
-    pub voi_function: Option<VoiFunction>,
-    pub output_dir: PathBuf,
-    pub format: OutputFormat,
-    pub png_compression: PngCompression,
-    pub png_filter: PngFilter,
-    pub jpeg_quality: u8,
-    pub naming: Naming,
-    pub skip_existing: bool,
-    pub fail_fast: bool,
-    pub report: Option<PathBuf>,
-    pub trace: Option<PathBuf>,
-    pub layout: Layout,
-    /// 0 = chosen from the core count at run time.
-    pub loaders: usize,
-    /// 0 = chosen from the core count at run time.
-    pub workers: usize,
-    /// 0 = chosen from the core count at run time.
-    pub writers: usize,
-    /// 0 = chosen from the thread counts at run time.
-    pub slots: usize,
-    pub max_frame_bytes: u64,
-    pub backend: BackendChoice,
-    pub transfer: Transfer,
-    pub gpus: GpuSelection,
-    pub streams: usize,
-    /// 0 = a quarter of physical memory.
-    pub pinned_budget_bytes: u64,
-    pub page_locking: PageLocking,
-    /// `auto` uses the GPU only for jobs with at least this much input; `None` = 256 MiB per
-    /// core, 0 = always.
-    pub auto_min_input_bytes: Option<u64>,
-    pub release_threshold_bytes: u64,
-    pub kernel_cache: Option<PathBuf>,
-    /// Folder searched first for NVIDIA's codec libraries (nvJPEG, nvJPEG2000, nvCOMP).
-    pub library_path: Option<PathBuf>,
+pub struct DashboardOptions {
     pub tui: TuiMode,
     pub tick_ms: u64,
+    /// Where logs go while the dashboard owns the terminal; `None` = `OUT/dicomflow.log`.
     pub log_file: Option<PathBuf>,
 }
 
-impl Default for Settings {
+impl Default for DashboardOptions {
     fn default() -> Self {
-        Settings {
-            window: WindowSpec::Default,
-            voi_function: None,
-            output_dir: PathBuf::from("out"),
-            format: OutputFormat::Png,
-            png_compression: PngCompression::Fast,
-            png_filter: PngFilter::Adaptive,
-            jpeg_quality: 90,
-            naming: Naming::Mirror,
-            skip_existing: false,
-            fail_fast: false,
-            report: None,
-            trace: None,
-            layout: Layout::Auto,
-            loaders: 0,
-            workers: 0,
-            writers: 0,
-            slots: 0,
-            max_frame_bytes: 1024 << 20,
-            backend: BackendChoice::Auto,
-            transfer: Transfer::Auto,
-            gpus: GpuSelection::All,
-            streams: 2,
-            pinned_budget_bytes: 0,
-            page_locking: PageLocking::Register,
-            auto_min_input_bytes: None,
-            release_threshold_bytes: 256 << 20,
-            kernel_cache: None,
-            library_path: None,
+        DashboardOptions {
             tui: TuiMode::Auto,
             tick_ms: 100,
             log_file: None,
         }
     }
+}
+
+/// The checked settings of one run, each component's options apart: built from
+/// [`Settings::default`] by [`Settings::apply`], then handed out piece by piece (the pipeline
+/// gets the [`Job`], the backend selection its [`BackendOptions`]); nothing below `app/` sees
+/// the whole. Serialized flat into the report, one key per config key.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Settings {
+    #[serde(flatten)]
+    pub job: Job,
+    #[serde(flatten)]
+    pub backend: BackendOptions,
+    /// `--report`: the JSON report's path.
+    pub report: Option<PathBuf>,
+    /// `--trace`: the Chrome trace's path.
+    pub trace: Option<PathBuf>,
+    #[serde(flatten)]
+    pub dashboard: DashboardOptions,
 }
 
 /// Builds the message for a rejected value.
@@ -398,12 +252,12 @@ impl Settings {
     pub fn apply(&mut self, raw: &RawConfig, origin: &Origin) -> Result<(), FatalError> {
         let r = &raw.render;
         if let Some(v) = &r.window {
-            self.window = v
+            self.job.render.window = v
                 .parse()
                 .map_err(|e: String| bad(origin, "render.window", v, e))?;
         }
         if let Some(v) = &r.voi_function {
-            self.voi_function =
+            self.job.render.voi_function =
                 parse_voi_override(v).map_err(|e| bad(origin, "render.voi_function", v, e))?;
         }
 
@@ -412,10 +266,10 @@ impl Settings {
             if v.as_os_str().is_empty() {
                 return Err(bad(origin, "output.dir", "", "must not be empty"));
             }
-            self.output_dir = v.clone();
+            self.job.output.dir = v.clone();
         }
         if let Some(v) = &o.format {
-            self.format = one_of(
+            self.job.output.format = one_of(
                 origin,
                 "output.format",
                 v,
@@ -431,7 +285,7 @@ impl Settings {
             )?;
         }
         if let Some(v) = &o.png_compression {
-            self.png_compression = one_of(
+            self.job.output.png_compression = one_of(
                 origin,
                 "output.png_compression",
                 v,
@@ -445,7 +299,7 @@ impl Settings {
             )?;
         }
         if let Some(v) = &o.png_filter {
-            self.png_filter = one_of(
+            self.job.output.png_filter = one_of(
                 origin,
                 "output.png_filter",
                 v,
@@ -460,24 +314,24 @@ impl Settings {
             )?;
         }
         if let Some(v) = o.jpeg_quality {
-            self.jpeg_quality = count(origin, "output.jpeg_quality", v, 1, 100)? as u8;
+            self.job.output.jpeg_quality = count(origin, "output.jpeg_quality", v, 1, 100)? as u8;
         }
         if let Some(v) = &o.naming {
-            self.naming = if v == "mirror" {
+            self.job.output.naming = if v == "mirror" {
                 Naming::Mirror
             } else {
-                crate::output::naming::check_pattern(v)
+                dicomflow::output::naming::check_pattern(v)
                     .map_err(|e| bad(origin, "output.naming", v, e))?;
                 Naming::Pattern(v.clone())
             };
         }
         if let Some(v) = o.skip_existing {
-            self.skip_existing = v;
+            self.job.output.skip_existing = v;
         }
 
         let run = &raw.run;
         if let Some(v) = run.fail_fast {
-            self.fail_fast = v;
+            self.job.pipeline.fail_fast = v;
         }
         if let Some(v) = &run.report {
             self.report = nonempty_path(v);
@@ -488,7 +342,7 @@ impl Settings {
 
         let p = &raw.pipeline;
         if let Some(v) = &p.layout {
-            self.layout = one_of(
+            self.job.pipeline.layout = one_of(
                 origin,
                 "pipeline.layout",
                 v,
@@ -501,13 +355,13 @@ impl Settings {
             )?;
         }
         if let Some(v) = p.loaders {
-            self.loaders = count(origin, "pipeline.loaders", v, 0, 256)?;
+            self.job.pipeline.loaders = count(origin, "pipeline.loaders", v, 0, 256)?;
         }
         if let Some(v) = p.workers {
-            self.workers = count(origin, "pipeline.workers", v, 0, 256)?;
+            self.job.pipeline.workers = count(origin, "pipeline.workers", v, 0, 256)?;
         }
         if let Some(v) = p.writers {
-            self.writers = count(origin, "pipeline.writers", v, 0, 256)?;
+            self.job.pipeline.writers = count(origin, "pipeline.writers", v, 0, 256)?;
         }
         if let Some(v) = p.slots {
             if v == 1 {
@@ -518,16 +372,16 @@ impl Settings {
                     "at least 2 slots are needed (double buffering); 0 = automatic",
                 ));
             }
-            self.slots = count(origin, "pipeline.slots", v, 0, 4096)?;
+            self.job.pipeline.slots = count(origin, "pipeline.slots", v, 0, 4096)?;
         }
         if let Some(v) = p.max_frame_mib {
-            self.max_frame_bytes =
+            self.job.pipeline.max_frame_bytes =
                 count(origin, "pipeline.max_frame_mib", v, 1, 1 << 20)? as u64 * (1 << 20);
         }
 
         let g = &raw.gpu;
         if let Some(v) = &g.backend {
-            self.backend = one_of(
+            self.backend.choice = one_of(
                 origin,
                 "gpu.backend",
                 v,
@@ -540,7 +394,7 @@ impl Settings {
             )?;
         }
         if let Some(v) = &g.transfer {
-            self.transfer = one_of(
+            self.backend.gpu.transfer = one_of(
                 origin,
                 "gpu.transfer",
                 v,
@@ -554,7 +408,7 @@ impl Settings {
             )?;
         }
         if let Some(v) = &g.gpus {
-            self.gpus = match v {
+            self.backend.gpu.gpus = match v {
                 RawGpus::Word(w) if w == "all" => GpuSelection::All,
                 RawGpus::Word(w) => parse_gpu_list(w).map_err(|e| bad(origin, "gpu.gpus", w, e))?,
                 RawGpus::List(list) => {
@@ -575,14 +429,14 @@ impl Settings {
             };
         }
         if let Some(v) = g.streams {
-            self.streams = count(origin, "gpu.streams", v, 1, 64)?;
+            self.backend.gpu.streams = count(origin, "gpu.streams", v, 1, 64)?;
         }
         if let Some(v) = g.pinned_budget_mib {
-            self.pinned_budget_bytes =
+            self.backend.gpu.pinned_budget_bytes =
                 count(origin, "gpu.pinned_budget_mib", v, 0, 1 << 24)? as u64 * (1 << 20);
         }
         if let Some(v) = &g.page_locking {
-            self.page_locking = one_of(
+            self.backend.gpu.page_locking = one_of(
                 origin,
                 "gpu.page_locking",
                 v,
@@ -594,7 +448,7 @@ impl Settings {
             )?;
         }
         if let Some(v) = &g.auto_min_input_mib {
-            self.auto_min_input_bytes = match v {
+            self.backend.gpu.auto_min_input_bytes = match v {
                 RawAutoOrCount::Word(w) if w == "auto" => None,
                 RawAutoOrCount::Word(w) => {
                     return Err(bad(
@@ -610,19 +464,19 @@ impl Settings {
             };
         }
         if let Some(v) = g.release_threshold_mib {
-            self.release_threshold_bytes =
+            self.backend.gpu.release_threshold_bytes =
                 count(origin, "gpu.release_threshold_mib", v, 0, 1 << 24)? as u64 * (1 << 20);
         }
         if let Some(v) = &g.kernel_cache {
-            self.kernel_cache = nonempty_path(v);
+            self.backend.gpu.kernel_cache = nonempty_path(v);
         }
         if let Some(v) = &g.library_path {
-            self.library_path = nonempty_path(v);
+            self.backend.gpu.library_path = nonempty_path(v);
         }
 
         let d = &raw.dashboard;
         if let Some(v) = &d.tui {
-            self.tui = one_of(
+            self.dashboard.tui = one_of(
                 origin,
                 "dashboard.tui",
                 v,
@@ -635,10 +489,10 @@ impl Settings {
             )?;
         }
         if let Some(v) = d.tick_ms {
-            self.tick_ms = count(origin, "dashboard.tick_ms", v, 10, 10_000)? as u64;
+            self.dashboard.tick_ms = count(origin, "dashboard.tick_ms", v, 10, 10_000)? as u64;
         }
         if let Some(v) = &d.log_file {
-            self.log_file = nonempty_path(v);
+            self.dashboard.log_file = nonempty_path(v);
         }
         Ok(())
     }
@@ -674,6 +528,7 @@ pub fn parse_gpu_list(s: &str) -> Result<GpuSelection, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dicomflow::render::spec::WindowSpec;
 
     #[test]
     fn shipped_default_toml_equals_built_in_defaults() {
@@ -767,17 +622,17 @@ mod tests {
         s.apply(&file, &Origin::File("f.toml".into())).unwrap();
         s.apply(&cli, &Origin::Cli).unwrap();
         assert_eq!(
-            s.window,
+            s.job.render.window,
             WindowSpec::Explicit {
                 center: 40.0,
                 width: 400.0
             }
         );
-        assert_eq!(s.format, OutputFormat::Bmp);
-        assert_eq!(s.png_compression, PngCompression::Fast);
-        assert_eq!(s.layout, Layout::Shared);
+        assert_eq!(s.job.output.format, OutputFormat::Bmp);
+        assert_eq!(s.job.output.png_compression, PngCompression::Fast);
+        assert_eq!(s.job.pipeline.layout, Layout::Shared);
         s.apply(&file, &Origin::File("f.toml".into())).unwrap();
-        assert_eq!(s.layout, Layout::Stages);
+        assert_eq!(s.job.pipeline.layout, Layout::Stages);
     }
 
     #[test]
@@ -785,7 +640,7 @@ mod tests {
         let raw = Settings::parse_toml("[gpu]\ngpus = [0, 1]", &Origin::Defaults).unwrap();
         let mut s = Settings::default();
         s.apply(&raw, &Origin::Defaults).unwrap();
-        assert_eq!(s.gpus, GpuSelection::List(vec![0, 1]));
+        assert_eq!(s.backend.gpu.gpus, GpuSelection::List(vec![0, 1]));
         assert_eq!(parse_gpu_list("all"), Ok(GpuSelection::All));
         assert!(parse_gpu_list("0,x").is_err());
     }
@@ -801,7 +656,7 @@ mod tests {
             let raw = Settings::parse_toml(text, &origin).unwrap();
             let mut s = Settings::default();
             s.apply(&raw, &origin).unwrap();
-            assert_eq!(s.auto_min_input_bytes, want, "{text}");
+            assert_eq!(s.backend.gpu.auto_min_input_bytes, want, "{text}");
         }
     }
 }

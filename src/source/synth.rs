@@ -11,6 +11,9 @@ use dicom_dictionary_std::{tags, uids};
 use dicom_object::meta::FileMetaTableBuilder;
 use dicom_object::InMemDicomObject;
 
+use crate::render::plan::{Chain, FramePlan, GrayPlan, Modality, StoredFormat, Voi, Window};
+use crate::render::spec::VoiFunction;
+
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct SynthOptions {
@@ -466,7 +469,7 @@ pub fn write_series(dir: &Path, o: &SynthOptions) -> Result<Vec<PathBuf>, String
     let threads = if o.threads > 0 {
         o.threads
     } else {
-        crate::available_cores()
+        crate::host::available_cores()
     };
     let next = std::sync::atomic::AtomicU32::new(0);
     let written = std::sync::Mutex::new(Vec::new());
@@ -505,6 +508,46 @@ pub fn write_series(dir: &Path, o: &SynthOptions) -> Result<Vec<PathBuf>, String
     let mut paths = written.into_inner().unwrap_or_default();
     paths.sort();
     Ok(paths)
+}
+
+/// The plan `run` uses for a `synth` CT slice of `size`²: 12 bits stored, rescale -1024, the
+/// soft-tissue window.
+pub fn phantom_plan(size: u32) -> FramePlan {
+    FramePlan {
+        rows: size,
+        cols: size,
+        chain: Chain::Gray(GrayPlan {
+            stored: StoredFormat {
+                bits_allocated: 16,
+                bits_stored: 12,
+                high_bit: 11,
+                signed: false,
+            },
+            modality: Modality::Rescale {
+                slope: 1.0,
+                intercept: -1024.0,
+            },
+            voi: Voi::Window(Window {
+                center: 40.0,
+                width: 400.0,
+                function: VoiFunction::Linear,
+            }),
+            invert: false,
+            pixels: size as u64 * size as u64,
+        }),
+    }
+}
+
+/// Stored values of one phantom slice of `size`².
+pub fn phantom_stored(size: u32) -> Vec<u8> {
+    slice_pixels(
+        &SynthOptions {
+            size,
+            slices: 3,
+            ..Default::default()
+        },
+        1,
+    )
 }
 
 #[cfg(test)]

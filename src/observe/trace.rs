@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::stats::StageId;
+use crate::observe::stats::StageId;
 
 #[derive(Debug, Clone)]
 struct Span {

@@ -341,7 +341,7 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
         }
     }
     let workers = s
-        .stage(dicomflow::stats::StageId::Compute)
+        .stage(dicomflow::observe::stats::StageId::Compute)
         .map(|c| c.workers)
         .unwrap_or(0);
     if workers > 0 && s.gpu.is_none() {

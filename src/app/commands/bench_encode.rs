@@ -1,62 +1,22 @@
 //! Benchmarks that are programs, not timed tests: `dicomflow bench encode` (PNG settings:
 //! time and size per slice, to choose the default by measurement). `bench transfer` (GPU)
-//! lives with the CUDA backend.
+//! is its sibling, [`super::bench_transfer`].
 
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use crate::backend::cpu::CpuRenderer;
-use crate::config::{OutputFormat, PngCompression, PngFilter};
-use crate::output::encode::{EncodeOptions, ImageEncoder};
-use crate::render::plan::{Chain, FramePlan, GrayPlan, Modality, StoredFormat, Voi, Window};
-use crate::render::spec::VoiFunction;
-use crate::synth::{slice_pixels, SynthOptions};
-
-/// The plan `run` uses for a `synth` CT slice of `size`²: 12 bits stored, rescale -1024, the
-/// soft-tissue window.
-pub fn phantom_plan(size: u32) -> FramePlan {
-    FramePlan {
-        rows: size,
-        cols: size,
-        chain: Chain::Gray(GrayPlan {
-            stored: StoredFormat {
-                bits_allocated: 16,
-                bits_stored: 12,
-                high_bit: 11,
-                signed: false,
-            },
-            modality: Modality::Rescale {
-                slope: 1.0,
-                intercept: -1024.0,
-            },
-            voi: Voi::Window(Window {
-                center: 40.0,
-                width: 400.0,
-                function: VoiFunction::Linear,
-            }),
-            invert: false,
-            pixels: size as u64 * size as u64,
-        }),
-    }
-}
-
-/// Stored values of one phantom slice of `size`².
-pub fn phantom_stored(size: u32) -> Vec<u8> {
-    slice_pixels(
-        &SynthOptions {
-            size,
-            slices: 3,
-            ..Default::default()
-        },
-        1,
-    )
-}
+use dicomflow::backend::cpu::CpuRenderer;
+use dicomflow::output::encode::{EncodeOptions, ImageEncoder};
+use dicomflow::output::options::{OutputFormat, PngCompression, PngFilter};
+use dicomflow::source::synth::{phantom_plan, phantom_stored};
 
 /// Renders one phantom slice of `size`² (what `run` would write).
 pub fn phantom_slice(size: u32) -> Result<Vec<u8>, String> {
     let plan = phantom_plan(size);
     let mut out = vec![0u8; plan.output_bytes()];
-    CpuRenderer::default().render_bytes(&plan, &phantom_stored(size), &mut out)?;
+    CpuRenderer::default()
+        .render_bytes(&plan, &phantom_stored(size), &mut out)
+        .map_err(|e| e.to_string())?;
     Ok(out)
 }
 
@@ -109,4 +69,11 @@ pub fn encode_table(sizes: &[u32], iters: usize) -> Result<String, String> {
         }
     }
     Ok(s)
+}
+
+/// `dicomflow bench encode`: prints the table.
+pub fn execute(a: &crate::app::cli::EncodeArgs) -> Result<i32, dicomflow::error::FatalError> {
+    let table = encode_table(&a.sizes, a.iters).map_err(dicomflow::error::FatalError::Other)?;
+    print!("{table}");
+    Ok(0)
 }

@@ -1,0 +1,8 @@
+//! One module per subcommand: each turns its parsed arguments into library calls and returns
+//! the exit code.
+
+pub mod bench_encode;
+pub mod bench_transfer;
+pub mod inspect;
+pub mod run;
+pub mod synth;

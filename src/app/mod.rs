@@ -1,0 +1,47 @@
+//! The binary's own layer, which the library never imports: the command line ([`cli`]), the
+//! configuration file and its checks ([`config`]: raw TOML and flags → each component's
+//! options), the commands, the live dashboard, signal handling and the end-of-run report.
+
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod dashboard;
+pub mod report;
+pub mod signals;
+
+use dicomflow::error::FatalError;
+
+use cli::{BenchCommand, Cli, Command};
+
+/// Runs the command `cli` names; the exit code, or the fatal error (exit 2).
+pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError> {
+    init_logging(cli.verbose, cli.quiet);
+    match cli.command {
+        Command::Run(args) => commands::run::execute(&args, cli.quiet, started),
+        Command::Synth(args) => commands::synth::execute(&args, cli.quiet),
+        Command::Inspect(args) => commands::inspect::execute(&args),
+        Command::Bench(BenchCommand::Transfer(args)) => commands::bench_transfer::execute(&args),
+        Command::Bench(BenchCommand::Encode(args)) => commands::bench_encode::execute(&args),
+    }
+}
+
+fn init_logging(verbose: u8, quiet: bool) {
+    let default = if quiet {
+        "error"
+    } else {
+        match verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(dashboard::LogSink)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}

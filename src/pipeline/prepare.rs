@@ -1,0 +1,187 @@
+//! Before a run: choosing the backend for the job at hand. `auto` keeps jobs too small to repay
+//! opening the GPU on the CPU, and an explicit CUDA backend prepares slot memory for the first
+//! file's frames while the driver starts. This is where the pipeline looks at its inputs on the
+//! backend's behalf, so the backend itself never scans or opens input files.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::cuda::CudaBackend;
+use crate::backend::options::{BackendChoice, BackendOptions};
+use crate::backend::Backend;
+use crate::error::FatalError;
+use crate::memory::{round_up, SlotHint};
+
+use super::options::{Job, PipelineOptions};
+use super::Sizing;
+
+/// Chooses the backend `options` ask for, for a run of `job` over `inputs` (empty when the
+/// inputs are not known, e.g. a library caller feeding frames itself). `auto` falls back to the
+/// CPU, saying why; `cuda` on a machine without a usable GPU is a fatal error.
+pub fn select_backend(
+    options: &BackendOptions,
+    job: &Job,
+    inputs: &[PathBuf],
+) -> Result<Arc<dyn Backend>, FatalError> {
+    let png_filter = crate::output::encode::png_filter_mode(&job.output.encode());
+    match options.choice {
+        BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
+        BackendChoice::Cuda => {
+            let hint = |workers: usize| first_file_slot_hint(job, inputs, workers);
+            CudaBackend::new_prepared(
+                &options.gpu,
+                png_filter,
+                "requested (backend = cuda)",
+                (!inputs.is_empty()).then_some(&hint as _),
+            )
+            .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            .map_err(|why| {
+                FatalError::Backend(format!("backend = \"cuda\" is not usable here: {why}"))
+            })
+        }
+        BackendChoice::Auto => match crate::backend::cuda::driver::libraries() {
+            Ok(()) => match too_small_for_the_gpu(options, &job.output.dir, inputs) {
+                Some(why) => {
+                    tracing::info!("{why}; using the CPU backend");
+                    Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
+                }
+                // The driver is there: initialize it in the background while the CPU starts.
+                None => Ok(Arc::new(crate::backend::warm::WarmStart::start(
+                    &options.gpu,
+                    png_filter,
+                ))),
+            },
+            Err(why) => {
+                tracing::info!("CUDA not usable ({why}); using the CPU backend");
+                Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
+            }
+        },
+    }
+}
+
+/// Why a job over `inputs` is too small for `auto` to open the GPU (`None`: it is not, or the
+/// inputs are not known).
+fn too_small_for_the_gpu(
+    options: &BackendOptions,
+    output_dir: &Path,
+    inputs: &[PathBuf],
+) -> Option<String> {
+    let threshold = options
+        .gpu
+        .auto_min_input_bytes
+        .unwrap_or(crate::host::available_cores() as u64 * (256 << 20));
+    if inputs.is_empty() || threshold == 0 {
+        return None;
+    }
+    let total = crate::source::input_bytes(inputs, Some(output_dir), threshold);
+    (total < threshold).then(|| {
+        format!(
+            "{} MiB of input is below gpu.auto_min_input_mib ({} MiB): opening the GPU would \
+             cost more than it saves",
+            total >> 20,
+            threshold >> 20
+        )
+    })
+}
+
+/// Opens the first DICOM file found under `inputs` and sizes slots for its frames, for a ring
+/// beside `workers` render workers; `None` when there is none or it cannot be read (the
+/// pipeline then reports it as usual).
+pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Option<SlotHint> {
+    let mut first = None;
+    let never = AtomicBool::new(false);
+    crate::source::scan(inputs, Some(&job.output.dir), &never, |item| {
+        if let crate::source::ScanItem::Dicom(c) = item {
+            first = Some(c);
+            return false;
+        }
+        true
+    });
+    let c = first?;
+    let limits = crate::decode::DecodeLimits {
+        max_frame_bytes: job.pipeline.max_frame_bytes,
+    };
+    // A hostile first file must not take the run down before it starts: the loaders will
+    // open it again and report it.
+    let info = std::panic::catch_unwind(|| {
+        crate::decode::ImageFile::open(&c.path, c.kind.clone(), limits)
+            .ok()
+            .map(|f| f.info.clone())
+    })
+    .ok()??;
+    Some(SlotHint {
+        count: slots_beside(&job.pipeline, workers),
+        input: round_up(info.frame_bytes() as usize),
+        output: round_up(info.output_capacity() as usize),
+    })
+}
+
+fn slots_beside(opts: &PipelineOptions, workers: usize) -> usize {
+    Sizing::with_workers(opts, workers).slots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::options::GpuOptions;
+
+    #[test]
+    fn auto_keeps_small_jobs_on_the_cpu() {
+        let dir = crate::scratch_dir("auto-size");
+        std::fs::write(dir.join("slice.dcm"), vec![0u8; 4096]).unwrap();
+        let inputs = [dir.clone()];
+        let out = dir.join("out");
+        let with = |bytes: Option<u64>| BackendOptions {
+            gpu: GpuOptions {
+                auto_min_input_bytes: bytes,
+                ..GpuOptions::default()
+            },
+            ..BackendOptions::default()
+        };
+        // Default threshold (256 MiB per core): 4 KiB is small.
+        let why = too_small_for_the_gpu(&with(None), &out, &inputs).unwrap();
+        assert!(why.contains("0 MiB of input"), "{why}");
+        assert!(too_small_for_the_gpu(&with(Some(4096)), &out, &inputs).is_none());
+        assert!(too_small_for_the_gpu(&with(Some(4097)), &out, &inputs).is_some());
+        // 0 = always the GPU; unknown inputs (library callers) = no opinion.
+        assert!(too_small_for_the_gpu(&with(Some(0)), &out, &inputs).is_none());
+        assert!(too_small_for_the_gpu(&with(None), &out, &[]).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn slot_hint_sizes_slots_for_the_first_dicom_file() {
+        let dir = crate::scratch_dir("slot-hint");
+        std::fs::write(dir.join("0-notes.txt"), b"not DICOM").unwrap();
+        let opts = crate::source::synth::SynthOptions {
+            size: 96,
+            slices: 2,
+            rgb: true,
+            ..Default::default()
+        };
+        crate::source::synth::write_series(&dir.join("series"), &opts).unwrap();
+        let job = Job {
+            pipeline: PipelineOptions {
+                loaders: 1,
+                writers: 2,
+                ..PipelineOptions::default()
+            },
+            ..Job::default()
+        };
+        let hint = first_file_slot_hint(&job, std::slice::from_ref(&dir), 3).unwrap();
+        // RGB 8-bit: 3 bytes per pixel in, 3 out and a PNG filter byte per row; one loader +
+        // 2 × 3 workers + 2 writers + 2.
+        assert_eq!(hint.input, round_up(96 * 96 * 3));
+        assert_eq!(hint.output, round_up(96 * 96 * 3 + 96));
+        assert_eq!(hint.count, 1 + 2 * 3 + 2 + 2);
+
+        std::fs::remove_dir_all(dir.join("series")).unwrap();
+        assert_eq!(
+            first_file_slot_hint(&job, std::slice::from_ref(&dir), 3),
+            None
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
