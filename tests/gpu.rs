@@ -560,7 +560,7 @@ fn gpu_damaged_images_fail_as_on_the_cpu() {
     if gpu_or_skip("gpu_damaged_images_fail_as_on_the_cpu").is_none() {
         return;
     }
-    // Issue 16 cause 3: damaged images are failures on every backend.
+    // Issue 16 causes 3 and 9: damaged images and cut frames are failures on every backend.
     let damaged = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/damaged");
     let root = tempdir("gpu-damaged");
     let mut reports = Vec::new();

@@ -24,6 +24,7 @@ fn decode(path: &Path) -> (ImageInfo, Vec<Vec<u8>>) {
     let kind = probe(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let limits = DecodeLimits {
         max_frame_bytes: 1 << 30,
+        damaged: Default::default(),
     };
     let mut file =
         ImageFile::open(path, kind, limits).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -110,6 +111,7 @@ fn big_endian_pixel_data_gives_the_true_pixels() {
             kind,
             DecodeLimits {
                 max_frame_bytes: 1 << 30,
+                damaged: Default::default(),
             },
         )
         .unwrap();
@@ -178,17 +180,61 @@ fn damaged_images_are_failures_not_skips() {
     let (code, report) = run_with_report(&damaged(), &["--backend", "cpu"]);
     assert_eq!(code, Some(1), "some inputs failed: exit 1");
     let got = statuses(&report);
-    for (file, reason) in [
-        ("no_rows_columns.dcm", "Pixel Data without Rows and Columns"),
-        ("no_pixel_data.dcm", "no Pixel Data"),
-        ("damaged_preamble.dcm", "damaged DICOM file"),
+    for (file, want, reason) in [
+        (
+            "no_rows_columns.dcm",
+            "failed",
+            "Pixel Data without Rows and Columns",
+        ),
+        ("no_pixel_data.dcm", "failed", "no Pixel Data"),
+        ("damaged_preamble.dcm", "failed", "damaged DICOM file"),
+        // Cause 9: the cut frame fails, the others are rendered.
+        ("jpeg_frame_cut.dcm", "partial", "truncated JPEG stream"),
+        ("jpeg_baseline_cut.dcm", "failed", "truncated JPEG stream"),
     ] {
         let (status, why) = got
             .get(file)
             .unwrap_or_else(|| panic!("{file} missing from the report"));
-        assert_eq!(status, "failed", "{file}: {why}");
+        assert_eq!(status, want, "{file}: {why}");
         assert!(why.contains(reason), "{file}: reason {why:?}");
     }
+    let cut = report["result"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with("jpeg_frame_cut.dcm"))
+        .unwrap();
+    assert_eq!(cut["failures"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        cut["failures"][0]["frame"], 1,
+        "the second frame (0-based 1)"
+    );
+    assert_eq!(cut["outputs"].as_array().unwrap().len(), 2);
+}
+
+/// Cause 9 with `--damaged render`: every frame of the cut files is written (the pixels are
+/// compared with DCMTK's `+wi` decoding in `tests/conformance.rs`), and the report says which
+/// frame was incomplete and how much of it decoded.
+#[test]
+fn damaged_render_renders_cut_frames_with_a_warning() {
+    let dir = common::tempdir("wild-render");
+    for name in ["jpeg_frame_cut.dcm", "jpeg_baseline_cut.dcm"] {
+        std::fs::copy(damaged().join(name), dir.join(name)).unwrap();
+    }
+    let (code, report) = run_with_report(&dir, &["--backend", "cpu", "--damaged", "render"]);
+    assert_eq!(code, Some(0));
+    for f in report["result"]["files"].as_array().unwrap() {
+        let path = f["path"].as_str().unwrap();
+        assert_eq!(f["status"], "ok", "{path}");
+        let warnings = f["meta"]["warnings"].to_string();
+        let expect = if path.ends_with("jpeg_frame_cut.dcm") {
+            "frame 2: JPEG data ends early: 31 of 64 rows decoded"
+        } else {
+            "frame 1: JPEG data ends early"
+        };
+        assert!(warnings.contains(expect), "{path}: {warnings}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Causes 4–7: what DCMTK tolerates is rendered (the pixels are compared with DCMTK's in

@@ -73,6 +73,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let limits = DecodeLimits {
         max_frame_bytes: 64 << 20,
+        // Partial decoding takes the most paths through the decoders.
+        damaged: dicomflow::decode::Damaged::Render,
     };
     let Ok(mut file) = ImageFile::open(path, kind, limits) else {
         return;

@@ -87,6 +87,10 @@ pub struct RunArgs {
     /// VOI LUT function: file, linear, linear-exact, sigmoid.
     #[arg(long)]
     pub voi_function: Option<String>,
+    /// A frame whose compressed data ends early: fail (report it), or render what decodes
+    /// with the rest black (DCMTK's +wi).
+    #[arg(long)]
+    pub damaged: Option<String>,
     /// Output format: png, jpeg, tiff, bmp.
     #[arg(long)]
     pub format: Option<String>,
@@ -158,6 +162,7 @@ impl RunArgs {
     /// The CLI's configuration layer (only what was given).
     pub fn to_raw(&self) -> RawConfig {
         let mut r = RawConfig::default();
+        r.decode.damaged = self.damaged.clone();
         r.render.window = self.window.clone();
         r.render.voi_function = self.voi_function.clone();
         r.output.dir = self.output.clone();

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use dicomflow::backend::options::{
     BackendChoice, BackendOptions, GpuSelection, PageLocking, Transfer,
 };
+use dicomflow::decode::Damaged;
 use dicomflow::error::FatalError;
 use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter};
 use dicomflow::pipeline::options::{Job, Layout};
@@ -25,6 +26,8 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     #[serde(default)]
+    pub decode: RawDecode,
+    #[serde(default)]
     pub render: RawRender,
     #[serde(default)]
     pub output: RawOutput,
@@ -36,6 +39,12 @@ pub struct RawConfig {
     pub gpu: RawGpu,
     #[serde(default)]
     pub dashboard: RawDashboard,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDecode {
+    pub damaged: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -250,6 +259,15 @@ impl Settings {
 
     /// Applies one layer over `self`, checking every value it sets.
     pub fn apply(&mut self, raw: &RawConfig, origin: &Origin) -> Result<(), FatalError> {
+        if let Some(v) = &raw.decode.damaged {
+            self.job.decode.damaged = one_of(
+                origin,
+                "decode.damaged",
+                v,
+                &[("fail", Damaged::Fail), ("render", Damaged::Render)],
+                "use fail or render",
+            )?;
+        }
         let r = &raw.render;
         if let Some(v) = &r.window {
             self.job.render.window = v

@@ -12,6 +12,7 @@ pub mod jpeg;
 pub mod jpegls;
 pub mod lut;
 mod native;
+pub mod options;
 mod patch;
 pub mod probe;
 mod rle;
@@ -28,6 +29,7 @@ use dicom_object::{DefaultDicomObject, DicomCollectorOptions, InMemDicomObject, 
 use dicom_transfer_syntax_registry::TransferSyntaxRegistry;
 
 pub use info::ImageInfo;
+pub use options::{Damaged, DecodeOptions};
 pub use probe::{probe, Probe};
 
 /// Why a file yields no image.
@@ -80,13 +82,18 @@ pub struct ImageFile {
     source: PixelSource,
     /// True when the file has no file meta information (a bare data set).
     pub bare_dataset: bool,
+    damaged: Damaged,
+    /// What was wrong with the last frame read but rendered anyway (`Damaged::Render`).
+    frame_warning: Option<String>,
 }
 
-/// Limits applied before any large allocation.
+/// Limits applied before any large allocation, and the policy for damaged frames.
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeLimits {
     /// Largest frame accepted (bytes of stored values).
     pub max_frame_bytes: u64,
+    /// What to do with a frame whose compressed data ends early.
+    pub damaged: Damaged,
 }
 
 impl ImageFile {
@@ -214,6 +221,8 @@ impl ImageFile {
             info,
             source,
             bare_dataset: bare,
+            damaged: limits.damaged,
+            frame_warning: None,
         })
     }
 
@@ -243,7 +252,10 @@ impl ImageFile {
             PixelSource::Object(obj) => {
                 let ts_uid = obj.meta().transfer_syntax().to_string();
                 if let Some(codec) = OwnCodec::of(&ts_uid) {
-                    return decode_own(codec, obj, &self.info, frame, dst, scratch);
+                    let partial = self.damaged == Damaged::Render;
+                    self.frame_warning =
+                        decode_own(codec, obj, &self.info, frame, dst, scratch, partial)?;
+                    return Ok(());
                 }
                 let ts = TransferSyntaxRegistry
                     .get(&ts_uid)
@@ -305,6 +317,12 @@ impl ImageFile {
         Ok(())
     }
 
+    /// What was wrong with the frame [`read_frame`](Self::read_frame) last read but rendered
+    /// anyway (`Damaged::Render`), once.
+    pub fn take_frame_warning(&mut self) -> Option<String> {
+        self.frame_warning.take()
+    }
+
     /// True when pixels are read with one positioned read per frame (no intermediate copy).
     pub fn is_direct(&self) -> bool {
         matches!(self.source, PixelSource::Native { .. })
@@ -360,6 +378,8 @@ const JPEG_LS_LOSSLESS: &str = "1.2.840.10008.1.2.4.80";
 const JPEG_LS_NEAR_LOSSLESS: &str = "1.2.840.10008.1.2.4.81";
 
 /// Decodes frame `frame` of encapsulated pixel data with one of dicomflow's own codecs.
+/// `partial`: a JPEG frame whose data ends early is decoded as far as it goes (the returned
+/// warning says how far) instead of failing.
 fn decode_own(
     codec: OwnCodec,
     obj: &DefaultDicomObject,
@@ -367,7 +387,8 @@ fn decode_own(
     frame: u32,
     dst: &mut [u8],
     scratch: &mut Vec<u8>,
-) -> Result<(), String> {
+    partial: bool,
+) -> Result<Option<String>, String> {
     let elem = obj.get(tags::PIXEL_DATA).ok_or("Pixel Data is missing")?;
     let dicom_core::value::Value::PixelSequence(seq) = elem.value() else {
         return Err("compressed transfer syntax but Pixel Data is not encapsulated".into());
@@ -390,6 +411,7 @@ fn decode_own(
         let bytes = info.bits_allocated as usize / 8;
         let pixels = info.rows as usize * info.cols as usize;
         return rle::decode_frame(&stream, info.samples_per_pixel as usize, bytes, pixels, dst)
+            .map(|()| None)
             .map_err(|e| format!("RLE: {e}"));
     }
     // The frame header's dimensions must agree with the DICOM header (already checked against
@@ -404,6 +426,7 @@ fn decode_own(
         }
         None => return Err("no frame header (SOF) in the compressed frame".into()),
     }
+    let mut warning = None;
     let (width, height, components, bytes_per_sample) = match codec {
         OwnCodec::Jpeg => {
             // DCMTK converts YCbCr to RGB exactly when the header says YBR (its +cp default).
@@ -412,7 +435,19 @@ fn decode_own(
                 info.stored_photometric,
                 P::YbrFull | P::YbrFull422 | P::YbrPartial422
             );
-            let img = jpeg::decode(&stream, convert, scratch).map_err(|e| format!("JPEG: {e}"))?;
+            let img = jpeg::decode_with(&stream, convert, scratch, partial)
+                .map_err(|e| format!("JPEG: {}", e.message))?;
+            warning = img.complete_rows.map(|rows| {
+                if rows == img.height {
+                    "JPEG data ends without its end-of-image marker; every row decoded".into()
+                } else {
+                    format!(
+                        "JPEG data ends early: {rows} of {} rows decoded, the rest rendered \
+                         black (--damaged render)",
+                        img.height
+                    )
+                }
+            });
             (
                 img.width,
                 img.height,
@@ -442,7 +477,8 @@ fn decode_own(
         bytes_per_sample,
         dst,
         info.bits_allocated as usize / 8,
-    )
+    )?;
+    Ok(warning)
 }
 
 /// Width, height and component count from a JPEG or JPEG-LS frame header, scanning marker

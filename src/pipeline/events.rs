@@ -55,6 +55,12 @@ pub enum Event {
         stage: Stage,
         reason: String,
     },
+    /// A frame was decoded despite damage (`--damaged render`): rendered, with a warning.
+    FrameWarning {
+        id: usize,
+        frame: u32,
+        warning: String,
+    },
     /// A frame was not attempted because the run was cancelled.
     FrameCancelled { id: usize, frame: u32 },
     /// A file found by the scan was not opened because the run was cancelled.
@@ -358,6 +364,14 @@ impl Collector {
                     stage,
                     reason,
                 });
+            }
+            Event::FrameWarning { id, frame, warning } => {
+                let rec = self.record(id, None);
+                tracing::warn!(path = %rec.path.display(), "frame {}: {warning}", frame + 1);
+                if let Some(meta) = rec.meta.as_mut() {
+                    meta.warnings
+                        .push(format!("frame {}: {warning}", frame + 1));
+                }
             }
             Event::FrameCancelled { id, .. } => {
                 self.record(id, None).cancelled_frames += 1;

@@ -102,6 +102,7 @@ pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Op
     let c = first?;
     let limits = crate::decode::DecodeLimits {
         max_frame_bytes: job.pipeline.max_frame_bytes,
+        damaged: job.decode.damaged,
     };
     // A hostile first file must not take the run down before it starts: the loaders will
     // open it again and report it.

@@ -330,6 +330,7 @@ fn load_file(
     let t0 = Instant::now();
     let limits = DecodeLimits {
         max_frame_bytes: ctx.job.pipeline.max_frame_bytes,
+        damaged: ctx.job.decode.damaged,
     };
     let mut file = match ImageFile::open(&c.path, c.kind.clone(), limits) {
         Ok(f) => f,
@@ -443,6 +444,13 @@ fn load_file(
             ctx.pool.give_back(slot);
             fail(Stage::Decode, reason);
             continue;
+        }
+        if let Some(warning) = file.take_frame_warning() {
+            let _ = events.send(Event::FrameWarning {
+                id: c.id,
+                frame,
+                warning,
+            });
         }
         let end = Instant::now();
         // Busy time is everything this thread did for the frame but wait for a free slot

@@ -18,6 +18,7 @@ pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
         kind,
         DecodeLimits {
             max_frame_bytes: u64::MAX,
+            damaged: Default::default(),
         },
     )
     .map_err(|e| format!("{}: {e}", path.display()))?;

@@ -29,6 +29,8 @@ pub(super) struct LosslessFrame {
     pub ids: Vec<u8>,
     /// Output samples (after the point transform), row-major, one plane per component.
     planes: Vec<Vec<u16>>,
+    /// Rows fully decoded before the data ended (partial decoding only).
+    pub complete_rows: Option<usize>,
 }
 
 impl LosslessFrame {
@@ -48,6 +50,7 @@ impl LosslessFrame {
             height,
             ids: header.comps.iter().map(|c| c.id).collect(),
             planes: vec![vec![0; width * height]; n],
+            complete_rows: None,
         })
     }
 
@@ -86,13 +89,16 @@ struct ScanComp {
 }
 
 /// Decodes the entropy-coded data of one lossless scan that starts at `pos`. Returns the byte
-/// position after it and the marker that ended it, if already read.
+/// position after it and the marker that ended it, if already read. `partial`: when the data
+/// ends inside the scan, keep the rows decoded before (IJG suspends there; DCMTK's `+wi`
+/// keeps the scanlines output so far, the rest of its frame buffer stays 0) instead of failing.
 pub(super) fn decode_scan(
     frame: &mut LosslessFrame,
     header: &ScanHeader,
     tables: &Tables,
     data: &[u8],
     pos: usize,
+    partial: bool,
 ) -> Result<(usize, Option<u8>)> {
     let (psv, pt) = (header.ss, header.al);
     // IJG `predict_start_pass` (JERR_BAD_LOSSLESS).
@@ -151,7 +157,17 @@ pub(super) fn decode_scan(
                 c.first_row = true;
             }
         } else {
-            decode_row(&mut br, &mut comps, width)?;
+            match decode_row(&mut br, &mut comps, width) {
+                Ok(()) => {}
+                Err(e) if e.truncated && partial => {
+                    for plane in frame.planes.iter_mut() {
+                        plane.get_mut(y * width..).unwrap_or_default().fill(0);
+                    }
+                    frame.complete_rows = Some(y);
+                    return Ok((data.len(), None));
+                }
+                Err(e) => return Err(e),
+            }
         }
         rows_to_go = rows_to_go.wrapping_sub(1);
         for c in comps.iter_mut() {

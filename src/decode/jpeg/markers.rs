@@ -72,7 +72,9 @@ impl<'a> Cursor<'a> {
 }
 
 fn truncated<T>() -> Result<T> {
-    err("truncated JPEG stream (data ends before the EOI marker)")
+    Err(super::JpegError::truncated(
+        "truncated JPEG stream (data ends before the EOI marker)",
+    ))
 }
 
 fn next_byte(data: &[u8], pos: &mut usize) -> Result<u8> {

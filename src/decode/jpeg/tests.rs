@@ -233,7 +233,7 @@ fn decode_err(data: &[u8]) -> String {
     let mut out = Vec::new();
     match decode(data, true, &mut out) {
         Ok(img) => panic!("expected an error, got {img:?}"),
-        Err(e) => e.0,
+        Err(e) => e.message,
     }
 }
 
@@ -429,4 +429,31 @@ fn range_limit_wraps_like_ijg() {
     assert!(out.iter().all(|&v| v == 228));
     idct::idct_islow::<12>(&coef, &[8; 64], &mut out, 8);
     assert!(out.iter().all(|&v| v == 2148));
+}
+
+#[test]
+fn data_cut_short_fails_or_decodes_partially() {
+    for (data, rows_per_unit) in [
+        (&include_bytes!("testdata/ll_12_1_sv4_pt0_ri1.jpg")[..], 1),
+        (&include_bytes!("testdata/gray12_19x11.jpg")[..], 8),
+    ] {
+        let cut = &data[..data.len() * 2 / 3];
+        let mut out = Vec::new();
+        let e = decode(cut, false, &mut out).unwrap_err();
+        assert!(e.truncated, "{e}");
+        let img = decode_with(cut, false, &mut out, true).unwrap();
+        let rows = img.complete_rows.unwrap();
+        assert!(rows < img.height && rows % rows_per_unit == 0, "{rows}");
+        // Rows before the cut are what a full decode gives, the rest are zero.
+        let mut full = Vec::new();
+        decode(data, false, &mut full).unwrap();
+        let row_bytes = full.len() / img.height as usize;
+        let good = rows as usize * row_bytes;
+        assert_eq!(out[..good], full[..good]);
+        assert!(out[good..].iter().all(|&b| b == 0));
+        // Only the end-of-image marker missing: every row decodes.
+        let img = decode_with(&data[..data.len() - 2], false, &mut out, true).unwrap();
+        assert_eq!(img.complete_rows, Some(img.height));
+        assert_eq!(out, full);
+    }
 }
