@@ -752,13 +752,12 @@ pub(super) fn check_pixel_data(
             .map_err(Fail)
         }
         Value::Primitive(p) => {
-            let frame_bytes = info.native_frame_bytes();
-            let needed = frame_bytes.saturating_mul(frames);
+            let needed = info.native_bytes(info.frames);
             let have = p.calculate_byte_len() as u64;
             if native && have < needed {
                 return Err(Fail(format!(
-                    "Pixel Data holds {have} bytes; {frames} frame(s) of {frame_bytes} bytes \
-                     need {needed}"
+                    "Pixel Data holds {have} bytes; {frames} frame(s) of {} bits need {needed}",
+                    info.native_frame_bits()
                 )));
             }
             Ok(())

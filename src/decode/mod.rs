@@ -173,6 +173,16 @@ impl ImageFile {
         {
             codec_output_layout(&mut info);
         }
+        if info.file_bits_allocated != info.bits_allocated
+            && info.colour32.is_none()
+            && native_byte_order(&info.transfer_syntax).is_none()
+            && !is_deflate(&info.transfer_syntax)
+        {
+            return Err(fail(format!(
+                "BitsAllocated = {} (packed samples) in the compressed transfer syntax {}",
+                info.file_bits_allocated, info.transfer_syntax
+            )));
+        }
         let frame_bytes = info.frame_bytes();
         if frame_bytes > limits.max_frame_bytes {
             return Err(fail(format!(
@@ -242,11 +252,10 @@ impl ImageFile {
                 dst.len()
             ));
         }
-        let bits = self.info.bits_allocated;
         match &mut self.source {
             PixelSource::Native(located) => {
                 located
-                    .read_frame(frame, bits, dst, scratch)
+                    .read_frame(frame, &self.info, dst, scratch)
                     .map_err(|e| format!("reading {frame_bytes} bytes of pixel data: {e}"))?;
             }
             PixelSource::Object(obj) => {
@@ -297,19 +306,10 @@ impl ImageFile {
                         let bytes = elem
                             .to_bytes()
                             .map_err(|e| format!("Pixel Data is unreadable: {e}"))?;
-                        let start = frame as usize * frame_bytes;
-                        let src = bytes.get(start..start + frame_bytes).ok_or_else(|| {
-                            format!(
-                                "Pixel Data holds {} bytes, frame {} needs bytes {start}..{}",
-                                bytes.len(),
-                                frame + 1,
-                                start + frame_bytes
-                            )
-                        })?;
-                        dst.copy_from_slice(src);
                         // dicom-rs keeps primitive values in native order after parsing: a
                         // big-endian OW value has had its 16-bit words swapped, an OB value
                         // is untouched, which is how DCMTK reads them too (see `native`).
+                        native::frame_from_bytes(&bytes, frame, &self.info, dst)?;
                     }
                 }
             }
@@ -408,11 +408,26 @@ fn decode_own(
         starts_frame,
     )?;
     if codec == OwnCodec::Rle {
-        let bytes = info.bits_allocated as usize / 8;
+        let bytes = info.file_bits_allocated as usize / 8;
         let pixels = info.rows as usize * info.cols as usize;
-        return rle::decode_frame(&stream, info.samples_per_pixel as usize, bytes, pixels, dst)
-            .map(|()| None)
-            .map_err(|e| format!("RLE: {e}"));
+        let spp = info.samples_per_pixel as usize;
+        if info.colour32.is_none() {
+            return rle::decode_frame(&stream, spp, bytes, pixels, dst)
+                .map(|()| None)
+                .map_err(|e| format!("RLE: {e}"));
+        }
+        // 32-bit colour: decoded whole, then narrowed into the slot's 16-bit samples.
+        scratch.clear();
+        scratch.resize(pixels * spp * bytes, 0);
+        rle::decode_frame(&stream, spp, bytes, pixels, scratch).map_err(|e| format!("RLE: {e}"))?;
+        native::le_to_native(scratch, 32);
+        let le: Vec<u8> = scratch
+            .chunks_exact(4)
+            .flat_map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]).to_le_bytes())
+            .collect();
+        native::unpack(&le, 0, info, dst);
+        native::le_to_native(dst, 16);
+        return Ok(None);
     }
     // The frame header's dimensions must agree with the DICOM header (already checked against
     // the frame-size limit) before a decoder allocates anything.

@@ -44,7 +44,7 @@ pub fn locate_pixel_data(
 ) -> std::io::Result<Option<Located>> {
     let file = File::open(path)?;
     let size = file.metadata()?.len();
-    let expected = info.frame_bytes() * info.frames as u64;
+    let expected = info.native_bytes(info.frames);
     let (big_endian, explicit) = match ts {
         uids::IMPLICIT_VR_LITTLE_ENDIAN => (false, false),
         uids::EXPLICIT_VR_LITTLE_ENDIAN => (false, true),
@@ -94,38 +94,128 @@ pub fn locate_pixel_data(
 }
 
 impl Located {
-    /// Reads frame `frame` (of `dst.len()` bytes) as native-endian samples. `scratch` holds
-    /// the word-aligned window when an odd frame size puts a frame across a word boundary.
+    /// Reads frame `frame` of `info` into `dst` (`info.frame_bytes()` bytes) as native-endian
+    /// samples. `scratch` holds the bytes around the frame when they cannot go straight into
+    /// `dst`: a frame of odd size across a word boundary, packed samples.
     pub fn read_frame(
         &self,
         frame: u32,
-        bits_allocated: u16,
+        info: &ImageInfo,
         dst: &mut [u8],
         scratch: &mut Vec<u8>,
     ) -> std::io::Result<()> {
-        let n = dst.len() as u64;
-        let rel = frame as u64 * n;
-        if !self.swap_words {
-            self.file.read_exact_at(dst, self.offset + rel)?;
-        } else if rel % 2 == 0 && n % 2 == 0 {
-            self.file.read_exact_at(dst, self.offset + rel)?;
+        let packed = info.file_bits_allocated != info.bits_allocated;
+        let bits = info.native_frame_bits();
+        let (first_bit, end_bit) = (frame as u64 * bits, (frame as u64 + 1) * bits);
+        let (start, end) = (first_bit / 8, end_bit.div_ceil(8));
+        if !packed && !self.swap_words {
+            self.file.read_exact_at(dst, self.offset + start)?;
+        } else if !packed && start % 2 == 0 && end % 2 == 0 {
+            self.file.read_exact_at(dst, self.offset + start)?;
             swap_words(dst);
         } else {
-            // The 16-bit words around the frame: from the word holding its first byte to the
-            // word holding its last (the value's padding byte may complete the last word).
-            let start = rel & !1;
-            let end = (rel + n + 1) & !1;
-            let avail = end.min(self.len).saturating_sub(start) as usize;
+            // Whole 16-bit words around the frame when they are swapped (the value's padding
+            // byte may complete the last one).
+            let (from, to) = if self.swap_words {
+                (start & !1, (end + 1) & !1)
+            } else {
+                (start, end)
+            };
+            let avail = to.min(self.len).saturating_sub(from) as usize;
             scratch.clear();
-            scratch.resize((end - start) as usize, 0);
+            scratch.resize((to - from) as usize, 0);
             self.file
-                .read_exact_at(&mut scratch[..avail], self.offset + start)?;
-            swap_words(scratch);
-            let from = (rel - start) as usize;
-            dst.copy_from_slice(&scratch[from..from + dst.len()]);
+                .read_exact_at(&mut scratch[..avail], self.offset + from)?;
+            if self.swap_words {
+                swap_words(scratch);
+            }
+            let skip = first_bit - 8 * from;
+            if packed {
+                unpack(scratch, skip, info, dst);
+            } else {
+                let at = (skip / 8) as usize;
+                dst.copy_from_slice(&scratch[at..at + dst.len()]);
+            }
         }
-        le_to_native(dst, bits_allocated);
+        le_to_native(dst, info.bits_allocated);
         Ok(())
+    }
+}
+
+/// Frame `frame` of native pixel data held in memory (`bytes`, words already in little-endian
+/// order), into `dst` as native-endian samples.
+pub fn frame_from_bytes(
+    bytes: &[u8],
+    frame: u32,
+    info: &ImageInfo,
+    dst: &mut [u8],
+) -> Result<(), String> {
+    let bits = info.native_frame_bits();
+    let (first_bit, end_bit) = (frame as u64 * bits, (frame as u64 + 1) * bits);
+    let (start, end) = (first_bit / 8, end_bit.div_ceil(8));
+    let Some(src) = bytes.get(start as usize..end as usize) else {
+        return Err(format!(
+            "Pixel Data holds {} bytes, frame {} needs bytes {start}..{end}",
+            bytes.len(),
+            frame + 1
+        ));
+    };
+    if info.file_bits_allocated != info.bits_allocated {
+        unpack(src, first_bit - 8 * start, info, dst);
+    } else {
+        dst.copy_from_slice(src);
+    }
+    le_to_native(dst, info.bits_allocated);
+    Ok(())
+}
+
+/// Unpacks the samples of `info.file_bits_allocated` bits from the little-endian bit stream
+/// `src`, starting at bit `skip` (PS3.5 8.1.1: the first sample in the lowest bits), into the
+/// slot's containers filling `dst`: 8-bit for 1-bit samples, little-endian 16-bit for packed
+/// 12-bit samples and for 32-bit colour (narrowed by `info.colour32`).
+pub fn unpack(src: &[u8], skip: u64, info: &ImageInfo, dst: &mut [u8]) {
+    match (info.file_bits_allocated, info.colour32) {
+        (32, Some(c)) => {
+            let from = (skip / 8) as usize;
+            for (d, s) in dst
+                .chunks_exact_mut(2)
+                .zip(src.get(from..).unwrap_or_default().chunks_exact(4))
+            {
+                let raw = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                d.copy_from_slice(&c.narrow(raw).to_le_bytes());
+            }
+        }
+        (bits, _) => unpack_bits(src, skip, bits, dst),
+    }
+}
+
+/// [`unpack`] for 1- and 12-bit samples.
+fn unpack_bits(src: &[u8], skip: u64, bits: u16, dst: &mut [u8]) {
+    let bit = |i: u64| -> u16 {
+        src.get((i / 8) as usize)
+            .map_or(0, |&b| u16::from(b >> (i % 8)) & 1)
+    };
+    match bits {
+        1 => {
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = bit(skip + i as u64) as u8;
+            }
+        }
+        12 => {
+            for (i, d) in dst.chunks_exact_mut(2).enumerate() {
+                let at = skip + 12 * i as u64;
+                let v = if at % 8 == 0 {
+                    // Byte-aligned (every other sample of an aligned frame): two bytes.
+                    let b = (at / 8) as usize;
+                    u16::from(src.get(b).copied().unwrap_or(0))
+                        | (u16::from(src.get(b + 1).copied().unwrap_or(0)) & 0x0f) << 8
+                } else {
+                    (0..12).fold(0u16, |v, k| v | bit(at + k) << k)
+                };
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        _ => {}
     }
 }
 
@@ -163,6 +253,34 @@ mod tests {
         assert_eq!(u32::from_ne_bytes(d), 0x0A0B_0C0D);
     }
 
+    /// A 1x3 8-bit grey image description (what `read_frame` needs of it).
+    fn info_8bit_1x3() -> ImageInfo {
+        let mut info = crate::decode::info::tests::sample_info();
+        info.rows = 1;
+        info.cols = 3;
+        info
+    }
+
+    #[test]
+    fn packed_samples_unpack_lsb_first() {
+        // 1-bit: 0b1010_0110 then 0b0000_0001 -> 0,1,1,0,0,1,0,1, 1
+        let mut d = [9u8; 9];
+        unpack_bits(&[0b1010_0110, 1], 0, 1, &mut d);
+        assert_eq!(d, [0, 1, 1, 0, 0, 1, 0, 1, 1]);
+        // From bit 3 on.
+        let mut d = [9u8; 3];
+        unpack_bits(&[0b1010_0110], 3, 1, &mut d);
+        assert_eq!(d, [0, 0, 1]);
+        // 12-bit: 0xABC and 0x123 pack as BC 3A 12.
+        let mut d = [0u8; 4];
+        unpack_bits(&[0xbc, 0x3a, 0x12], 0, 12, &mut d);
+        assert_eq!(d, [0xbc, 0x0a, 0x23, 0x01]);
+        // The second sample alone, from bit 12.
+        let mut d = [0u8; 2];
+        unpack_bits(&[0xbc, 0x3a, 0x12], 12, 12, &mut d);
+        assert_eq!(u16::from_le_bytes(d), 0x123);
+    }
+
     #[test]
     fn frames_of_odd_size_are_cut_from_whole_words() {
         let path = std::env::temp_dir().join(format!("dicomflow-native-{}", std::process::id()));
@@ -178,9 +296,12 @@ mod tests {
             swap_words: true,
         };
         let mut scratch = Vec::new();
+        let info = info_8bit_1x3();
         for f in 0..3u32 {
             let mut dst = [0u8; 3];
-            located.read_frame(f, 8, &mut dst, &mut scratch).unwrap();
+            located
+                .read_frame(f, &info, &mut dst, &mut scratch)
+                .unwrap();
             let first = 3 * f as u8 + 1;
             assert_eq!(dst, [first, first + 1, first + 2], "frame {f}");
         }
