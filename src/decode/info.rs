@@ -360,20 +360,23 @@ impl ImageInfo {
             }
         }
         let palette = if photometric == Photometric::PaletteColor {
-            let red = read_lut(
+            let red = read_palette(
                 obj,
                 tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
                 tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+                tags::SEGMENTED_RED_PALETTE_COLOR_LOOKUP_TABLE_DATA,
             );
-            let green = read_lut(
+            let green = read_palette(
                 obj,
                 tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
                 tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+                tags::SEGMENTED_GREEN_PALETTE_COLOR_LOOKUP_TABLE_DATA,
             );
-            let blue = read_lut(
+            let blue = read_palette(
                 obj,
                 tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
                 tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+                tags::SEGMENTED_BLUE_PALETTE_COLOR_LOOKUP_TABLE_DATA,
             );
             match (red, green, blue) {
                 (Ok(r), Ok(g), Ok(b)) => Some(Arc::new([r, g, b])),
@@ -573,6 +576,51 @@ fn lut_words(obj: &InMemDicomObject, tag: Tag) -> Result<Vec<u16>, String> {
                 .chunks(2)
                 .map(|c| u16::from_le_bytes([c[0], *c.get(1).unwrap_or(&0)]))
                 .collect()
+        }
+    })
+}
+
+/// Reads one palette colour table: its LUT Data, or, when only the Segmented LUT Data is
+/// there, that expanded (PS3.3 C.7.9.2; DCMTK does not read segmented palettes).
+fn read_palette(
+    obj: &InMemDicomObject,
+    descriptor: Tag,
+    data: Tag,
+    segmented: Tag,
+) -> Result<Lut, String> {
+    if obj.get(data).is_some() || obj.get(segmented).is_none() {
+        return read_lut(obj, descriptor, data);
+    }
+    let (entries, first_raw, bits) = read_descriptor(obj, descriptor)?;
+    let n = if entries == 0 {
+        65536
+    } else {
+        entries as usize
+    };
+    let words = lut_words(obj, segmented)?;
+    let expanded = crate::decode::lut::expand_segmented(&words, bits == 8, n)
+        .map_err(|e| format!("segmented LUT data: {e}"))?;
+    Lut::decode(entries, first_raw, bits, &expanded)
+}
+
+/// A LUT Descriptor's values: (entries, first mapped value as stored, bits).
+fn read_descriptor(obj: &InMemDicomObject, descriptor: Tag) -> Result<(u32, u16, u32), String> {
+    let desc = obj.get(descriptor).ok_or("LUT Descriptor is missing")?;
+    let Value::Primitive(p) = desc.value() else {
+        return Err("LUT Descriptor is not a primitive value".into());
+    };
+    use dicom_core::PrimitiveValue as P;
+    Ok(match p {
+        P::U16(v) if v.len() == 3 => (v[0] as u32, v[1], v[2] as u32),
+        P::I16(v) if v.len() == 3 => (v[0] as u16 as u32, v[1] as u16, v[2] as u16 as u32),
+        _ => {
+            let v = desc
+                .to_multi_int::<i64>()
+                .map_err(|_| "LUT Descriptor is unreadable".to_string())?;
+            if v.len() != 3 {
+                return Err(format!("LUT Descriptor has {} values, expected 3", v.len()));
+            }
+            (v[0] as u16 as u32, v[1] as u16, v[2] as u16 as u32)
         }
     })
 }
