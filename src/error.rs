@@ -48,7 +48,7 @@ pub enum FatalError {
     #[error("{0}")]
     Config(String),
     /// The output directory cannot be created or written.
-    #[error("output directory {path}: {source}")]
+    #[error("output directory {}: {source}", crate::paths::Escaped(.path))]
     OutputDir {
         path: PathBuf,
         source: std::io::Error,

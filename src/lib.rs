@@ -19,6 +19,7 @@ pub mod host;
 pub mod memory;
 pub mod observe;
 pub mod output;
+pub mod paths;
 pub mod pipeline;
 pub mod render;
 pub mod source;

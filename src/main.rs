@@ -14,7 +14,7 @@ fn main() {
     let code = match app::dispatch(cli, started) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("dicomflow: error: {e}");
+            app::print::errln(&format!("dicomflow: error: {e}"));
             2
         }
     };

@@ -283,3 +283,76 @@ fn every_thread_layout_writes_the_same_bytes() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn inspect_says_where_compressed_frames_decode() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let j2k = fixtures.join("conformance/j2k_gray.dcm");
+    // An empty folder as gpu.library_path, so the answer does not depend on this machine.
+    let none = tempdir("inspect-nolib");
+    let out = dicomflow(&[
+        "inspect",
+        j2k.to_str().unwrap(),
+        "--library-path",
+        none.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("gpu decode"))
+        .unwrap_or_else(|| panic!("no gpu decode line:\n{text}"));
+    assert!(line.contains("lossless codestream"), "{line}");
+    // Where the library is missing, the CPU and why; where it is found, the GPU and its version.
+    assert!(
+        line.contains("CPU (") || line.contains("GPU when the CUDA backend runs"),
+        "{line}"
+    );
+    let off = dicomflow(&["inspect", j2k.to_str().unwrap(), "--gpu-decode", "none"]);
+    let text = String::from_utf8_lossy(&off.stdout);
+    assert!(text.contains("gpu.decode = \"none\""), "{text}");
+    // Small lossless JPEG stays on the CPU whatever the policy (nvJPEG decodes it wrongly).
+    let sv1 = fixtures.join("conformance/jpeg_lossless_sv1.dcm");
+    let out = dicomflow(&["inspect", sv1.to_str().unwrap(), "--gpu-decode", "all"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("gpu decode         CPU"), "{text}");
+    // Uncompressed files have no such line.
+    let raw = fixtures.join("conformance/gray8.dcm");
+    let out = dicomflow(&["inspect", raw.to_str().unwrap()]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("gpu decode"));
+    std::fs::remove_dir_all(&none).unwrap();
+}
+
+#[test]
+fn the_summary_says_gpu_decode_is_off_on_the_cpu_backend() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
+    let out_dir = tempdir("summary-decode-off");
+    let j2k = fixtures.join("j2k_gray.dcm");
+    let out = dicomflow(&[
+        "run",
+        j2k.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--no-tui",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(out.status.success());
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        summary.contains("gpu decode: off: the cpu backend decodes every frame"),
+        "{summary}"
+    );
+    // Uncompressed input: nothing to say.
+    let raw = fixtures.join("gray8.dcm");
+    let out = dicomflow(&[
+        "run",
+        raw.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--no-tui",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("gpu decode"));
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}

@@ -133,6 +133,7 @@ fn plans() -> Vec<FramePlan> {
                         invert: n % 3 == 0,
                         pixels: rows as u64 * cols as u64,
                     }),
+                    encoded: None,
                 });
             }
         }
@@ -202,6 +203,7 @@ fn plans() -> Vec<FramePlan> {
                 planar,
                 subsampled,
             }),
+            encoded: None,
         });
     }
     v
@@ -598,4 +600,334 @@ fn gpu_damaged_images_fail_as_on_the_cpu() {
     }
     assert_eq!(reports[0], reports[1]);
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// The codec libraries load here (else prints why the GPU decode tests skip).
+fn codecs_or_skip(test: &str) -> bool {
+    if gpu_or_skip(test).is_none() {
+        return false;
+    }
+    let codecs = dicomflow::backend::cuda::decode::Codecs::load(
+        &dicomflow::backend::options::GpuOptions::default(),
+        1,
+    );
+    let route = codecs.route();
+    if route.jpeg2000 && route.jpeg_lossless {
+        return true;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipping {test}: codec libraries missing ({})",
+        codecs.describe().join("; ")
+    );
+    false
+}
+
+/// Runs dicomflow over `inputs` into `out` with `extra` options, a report in `out`; returns
+/// the process output and the report.
+fn run_report(
+    inputs: &[&Path],
+    out: &Path,
+    extra: &[&str],
+) -> (std::process::Output, serde_json::Value) {
+    let report = out.with_extension("json");
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(inputs.iter().map(|p| p.display().to_string()));
+    for a in ["-o", out.to_str().unwrap(), "--no-tui", "--report"] {
+        args.push(a.into());
+    }
+    args.push(report.display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let output = Command::new(bin()).args(&args).output().unwrap();
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
+        panic!(
+            "no report from dicomflow {args:?} ({e}): {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output, serde_json::from_str(&text).unwrap())
+}
+
+/// Frames the GPU decoded, and frames a GPU codec handed back to the CPU, from a report.
+fn gpu_decode_counts(report: &serde_json::Value) -> (u64, u64) {
+    let gpu = &report["backend"]["gpu"];
+    (
+        gpu["frames_gpu_decoded"].as_u64().unwrap_or(0),
+        gpu["frames_decode_fallback"].as_u64().unwrap_or(0),
+    )
+}
+
+fn assert_same_outputs(got: &[(PathBuf, Vec<u8>)], expected: &[(PathBuf, Vec<u8>)], what: &str) {
+    assert_eq!(
+        got.iter().map(|x| &x.0).collect::<Vec<_>>(),
+        expected.iter().map(|x| &x.0).collect::<Vec<_>>(),
+        "{what}: output files"
+    );
+    for ((p, a), (_, b)) in got.iter().zip(expected) {
+        assert!(
+            a == b,
+            "{what}: {} differs from the CPU backend",
+            p.display()
+        );
+    }
+}
+
+#[test]
+fn gpu_decode_lossless_fixtures_match_the_cpu_backend_for_every_strategy() {
+    let test = "gpu_decode_lossless_fixtures_match_the_cpu_backend_for_every_strategy";
+    if !codecs_or_skip(test) {
+        return;
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let root = tempdir("gpu-decode-lossless");
+    let inputs = root.join("in");
+    std::fs::create_dir_all(&inputs).unwrap();
+    // Every lossless compressed conformance fixture (the GPU takes some, hands the others,
+    // e.g. predictor 6 or RGB lossless JPEG, to the CPU), and the GPU decode fixtures.
+    let lossless = [
+        "conformance/jpeg_lossless_sv1.dcm",
+        "conformance/jpeg_lossless_sv6.dcm",
+        "conformance/jpeg_lossless_frag.dcm",
+        "conformance/jpeg_lossless_rgb.dcm",
+        "conformance/mf_jpeg_lossless.dcm",
+        "conformance/j2k_gray.dcm",
+        "conformance/j2k_rgb.dcm",
+        "gpu_decode/htj2k_lossless.dcm",
+        "gpu_decode/signed16_j2k.dcm",
+        "gpu_decode/signed16_jls.dcm",
+    ];
+    for f in lossless {
+        std::fs::copy(here.join(f), inputs.join(f.replace('/', "_"))).unwrap();
+    }
+    let cpu_out = root.join("cpu");
+    let (o, _) = run_report(&[&inputs], &cpu_out, &["--backend", "cpu"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let expected = outputs(&cpu_out);
+    // Default policy: JPEG 2000 (gray, RCT colour, HTJ2K, signed 16-bit) on the GPU; "all"
+    // adds lossless JPEG of 256x256 and more (signed16_jls). Every output stays identical.
+    let runs = [
+        ("zero-copy", "lossless", 4),
+        ("pinned", "lossless", 4),
+        ("pageable", "lossless", 4),
+        ("zero-copy", "all", 5),
+    ];
+    for (transfer, policy, at_least) in runs {
+        let what = format!("{transfer}, gpu.decode = {policy}");
+        let out = root.join(format!("{transfer}-{policy}"));
+        let (o, report) = run_report(
+            &[&inputs],
+            &out,
+            &[
+                "--backend",
+                "cuda",
+                "--transfer",
+                transfer,
+                "--gpu-decode",
+                policy,
+            ],
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_same_outputs(&outputs(&out), &expected, &what);
+        let (decoded, fallback) = gpu_decode_counts(&report);
+        assert!(
+            decoded >= at_least,
+            "{what}: only {decoded} frames decoded on the GPU"
+        );
+        eprintln!(
+            "{what}: {} outputs identical to the CPU backend; {decoded} frames decoded on the \
+             GPU, {fallback} handed back to the CPU decoder",
+            expected.len()
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn gpu_decode_200_slice_lossless_series_match_the_cpu_backend() {
+    let test = "gpu_decode_200_slice_lossless_series_match_the_cpu_backend";
+    if !codecs_or_skip(test) {
+        return;
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu_decode");
+    let root = tempdir("gpu-decode-series");
+    // 10 distinct slices per syntax, each copied into 20 folders: 200 slices per series.
+    for series in ["series_j2k", "series_jls"] {
+        for copy in 0..20 {
+            let dir = root.join("in").join(series).join(format!("copy{copy:02}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for e in std::fs::read_dir(here.join(series)).unwrap().flatten() {
+                std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+            }
+        }
+    }
+    let inputs = root.join("in");
+    let (o, _) = run_report(&[&inputs], &root.join("cpu"), &["--backend", "cpu"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let expected = outputs(&root.join("cpu"));
+    assert_eq!(expected.len(), 400);
+    // "all": lossless JPEG goes to the GPU only then (JPEG 2000 goes with the default too).
+    let (o, report) = run_report(
+        &[&inputs],
+        &root.join("cuda"),
+        &["--backend", "cuda", "--gpu-decode", "all"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_same_outputs(&outputs(&root.join("cuda")), &expected, "200-slice series");
+    let (decoded, fallback) = gpu_decode_counts(&report);
+    assert_eq!(
+        (decoded, fallback),
+        (400, 0),
+        "every slice decoded on the GPU"
+    );
+    let stage = report["statistics"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "gpu decode")
+        .cloned()
+        .unwrap_or_default();
+    eprintln!(
+        "200 JPEG 2000 + 200 JPEG lossless slices identical to the CPU backend; gpu decode \
+         stage: {} slices, p50 {} ms",
+        stage["count"], stage["p50_ms"]
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn gpu_decode_damaged_frames_are_reported_alone_and_the_run_goes_on() {
+    let test = "gpu_decode_damaged_frames_are_reported_alone_and_the_run_goes_on";
+    if !codecs_or_skip(test) {
+        return;
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let root = tempdir("gpu-decode-damaged");
+    let inputs = root.join("in");
+    std::fs::create_dir_all(&inputs).unwrap();
+    for e in std::fs::read_dir(here.join("gpu_decode/damaged"))
+        .unwrap()
+        .flatten()
+    {
+        std::fs::copy(e.path(), inputs.join(e.file_name())).unwrap();
+    }
+    for good in [
+        "conformance/j2k_gray.dcm",
+        "conformance/jpeg_lossless_sv1.dcm",
+    ] {
+        std::fs::copy(here.join(good), inputs.join(good.replace('/', "_"))).unwrap();
+    }
+    let damaged = std::fs::read_dir(here.join("gpu_decode/damaged"))
+        .unwrap()
+        .count();
+    // "all": the damaged baseline frames go to nvJPEG too.
+    let (o, report) = run_report(
+        &[&inputs],
+        &root.join("cuda"),
+        &["--backend", "cuda", "--gpu-decode", "all"],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(1)),
+        "exit {:?}: {stderr}",
+        o.status.code()
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let written = outputs(&root.join("cuda"));
+    let names: Vec<String> = written
+        .iter()
+        .map(|(p, _)| p.display().to_string())
+        .collect();
+    for good in [
+        "conformance_j2k_gray.png",
+        "conformance_jpeg_lossless_sv1.png",
+    ] {
+        assert!(names.iter().any(|n| n == good), "{good} missing: {names:?}");
+    }
+    let failed = report["result"]["files"]
+        .as_array()
+        .map(|files| {
+            files
+                .iter()
+                .filter(|f| f["status"] != "ok")
+                .map(|f| f["path"].as_str().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    // Each damaged file is either rendered (GPU, or the CPU decoder after the GPU codec refused
+    // it) or reported as failed by itself; nothing else fails.
+    assert_eq!(
+        written.len() + failed.len(),
+        damaged + 2,
+        "{names:?} {failed:?}"
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|p| p.contains("damaged") || p.contains("_truncate") || p.contains("_bitflip")),
+        "{failed:?}"
+    );
+    let (decoded, fallback) = gpu_decode_counts(&report);
+    eprintln!(
+        "{} damaged + 2 good files: {} rendered, {} failed alone ({failed:?}); {decoded} GPU \
+         decodes, {fallback} handed to the CPU decoder",
+        damaged,
+        written.len(),
+        failed.len()
+    );
+    // Truncated codestreams (no end marker) stay with the CPU decoder, which reports them.
+    for kind in ["j2k_truncate", "jls_truncate", "base_truncate"] {
+        assert!(
+            failed.iter().any(|p| p.contains(kind)),
+            "{kind} not reported: {failed:?}"
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn gpu_bench_decode_finds_no_difference_on_lossless_frames() {
+    let test = "gpu_bench_decode_finds_no_difference_on_lossless_frames";
+    if !codecs_or_skip(test) {
+        return;
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let out = Command::new(bin())
+        .args(["bench", "decode", "--iters", "3"])
+        .arg(here.join("conformance"))
+        .arg(here.join("gpu_decode"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(
+        text.contains("lossless frames with differences: 0"),
+        "{text}"
+    );
+    assert!(text.contains("nvJPEG2000"), "{text}");
 }

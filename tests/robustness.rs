@@ -4,84 +4,22 @@
 //! nothing may panic, hang, or leave temporary files behind; `--fail-fast` stops early.
 
 mod common;
-use common::{bin, tempdir};
+use common::{assert_no_panic_text, bin, reasons, run_limited, tempdir, Outcome};
 
 mod hostile;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use hostile::{Case, Expect};
 
 /// The longest a run over the corpus may take (a hang or a bomb shows up here).
 const RUN_LIMIT: Duration = Duration::from_secs(30);
 
-struct Outcome {
-    code: Option<i32>,
-    stderr: String,
-    elapsed: Duration,
-    /// The child's peak resident memory (wait4's `ru_maxrss`).
-    max_rss_bytes: u64,
-}
-
-/// Reaps `child` without blocking: its exit code (`None` when killed by a signal) and peak
-/// resident memory, or `None` while it runs. (`Child::try_wait` cannot return the rusage.)
-fn try_reap(child: &std::process::Child) -> Option<(Option<i32>, u64)> {
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: plain syscall on our own child's pid, with valid out pointers.
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, libc::WNOHANG, &mut usage) };
-    if pid <= 0 {
-        return None;
-    }
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    Some((code, usage.ru_maxrss as u64 * 1024))
-}
-
 /// Runs the binary, killing it (and failing the test) when it takes longer than `limit`.
-// The child is reaped by `try_reap` (wait4, for its rusage), which clippy cannot see.
-#[allow(clippy::zombie_processes)]
 fn run_with_limit(args: &[&std::ffi::OsStr], limit: Duration) -> Outcome {
-    let started = Instant::now();
-    let mut child = Command::new(bin())
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("RUST_BACKTRACE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dicomflow");
-    let mut pipe = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s);
-        s
-    });
-    let (code, max_rss_bytes) = loop {
-        if let Some(reaped) = try_reap(&child) {
-            break reaped;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = reader.join().unwrap_or_default();
-            panic!(
-                "dicomflow ran for more than {limit:?} on the hostile corpus (hang or bomb); \
-                 stderr:\n{stderr}"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Outcome {
-        code,
-        stderr: reader.join().unwrap(),
-        elapsed: started.elapsed(),
-        max_rss_bytes,
-    }
+    run_limited(Command::new(bin()).args(args), limit)
 }
 
 fn os(s: &Path) -> &std::ffi::OsStr {
@@ -119,20 +57,6 @@ fn decode_png(path: &Path) -> Result<(u32, u32), String> {
     let info = reader.next_frame(&mut buf).map_err(|e| e.to_string())?;
     reader.finish().map_err(|e| e.to_string())?;
     Ok((info.width, info.height))
-}
-
-fn assert_no_panic_text(stderr: &str) {
-    for needle in [
-        "panicked",
-        "RUST_BACKTRACE",
-        "stack overflow",
-        "memory allocation of",
-    ] {
-        assert!(
-            !stderr.contains(needle),
-            "stderr contains `{needle}`:\n{stderr}"
-        );
-    }
 }
 
 fn assert_no_temporaries(out: &Path) {
@@ -208,22 +132,6 @@ fn record_for<'a>(report: &'a serde_json::Value, path: &Path) -> Option<&'a serd
     file_records(report)
         .iter()
         .find(|f| f["path"].as_str() == Some(&*want))
-}
-
-/// The reasons a record gives (skip reason and every failure reason).
-fn reasons(rec: &serde_json::Value) -> Vec<String> {
-    let mut v: Vec<String> = rec["failures"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|f| f["reason"].as_str().unwrap_or("").to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(s) = rec["skip_reason"].as_str() {
-        v.push(s.to_string());
-    }
-    v
 }
 
 #[test]
@@ -376,15 +284,15 @@ fn fail_fast_stops_at_the_first_failure() {
     let series = input.join("series");
     let good = hostile::synth(&series, &["--size", "128", "--slices", &SLICES.to_string()]);
     assert_eq!(good.len(), SLICES);
-    // The failing file sorts first in the same folder as the good slices: the scan lists a
-    // folder whole once it has started it, so those slices are always "found", and the ones the
-    // loader had not started must be listed as cancelled. (In a folder of its own, a fast
-    // failure could stop the scan before the good folder was listed: nothing to cancel.)
+    // The failing file sorts first in the same folder as the good slices: the scan lists every
+    // input before it opens one, so those slices are always "found", and the ones the loader
+    // had not started must be listed as cancelled.
     let valid = std::fs::read(&good[0]).unwrap();
     let d = hostile::Dicom::parse(&valid);
     let mut bad = d.clone();
-    bad.set_us(0x0028, 0x0100, 12);
-    let bad_path = series.join("0000_bits12.dcm");
+    // Bits Allocated 24 is no layout DICOM defines (1, 8, 12, 16 and 32 are read).
+    bad.set_us(0x0028, 0x0100, 24);
+    let bad_path = series.join("0000_bits24.dcm");
     assert!(good
         .iter()
         .all(|g| g.file_name().unwrap() > bad_path.file_name().unwrap()));
@@ -533,5 +441,13 @@ fn write_fuzz_seeds() {
     let name = "bomb_jpeg_ll_sof";
     let case = cases.iter().find(|c| c.name == name).unwrap();
     std::fs::copy(&case.path, Path::new(&dest).join(format!("{name}.dcm"))).unwrap();
+    // The shape of the deflate bomb of issue 22 (a 1 x 1 image whose deflated Pixel Data
+    // declares and holds far more), small enough for -max_len=40000: 32 MiB in 32 KB.
+    let bomb = hostile::deflate_bomb(
+        &hostile::Dicom::parse(&std::fs::read(&valid[0]).unwrap()),
+        32 << 20,
+    );
+    assert!(bomb.len() < 40_000, "{} bytes", bomb.len());
+    std::fs::write(Path::new(&dest).join("deflate_bomb_32mib.dcm"), bomb).unwrap();
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -29,6 +29,12 @@ pub enum Command {
     Synth(SynthArgs),
     /// Show what will be rendered for one file and how.
     Inspect(InspectArgs),
+    /// List the files under some inputs once (relative path, size; UIDs with --with-series) in
+    /// a manifest, for sharded runs that then need no walk (`run --manifest`).
+    Scan(ScanArgs),
+    /// Work with reports.
+    #[command(subcommand)]
+    Report(ReportCommand),
     /// Benchmarks that print a table.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -41,6 +47,78 @@ pub enum BenchCommand {
     Transfer(TransferArgs),
     /// PNG compression × filter: time and size per rendered phantom slice (best of N).
     Encode(EncodeArgs),
+    /// Compressed frames decoded by the CPU decoders and by the GPU codecs (nvJPEG2000,
+    /// nvJPEG): stored values and 8-bit renderings compared, time of each.
+    Decode(DecodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DecodeArgs {
+    /// Compressed DICOM files or folders.
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// Timed repetitions per frame (the best is kept).
+    #[arg(long, default_value_t = 5)]
+    pub iters: usize,
+    /// Frames per file at most.
+    #[arg(long, default_value_t = 4)]
+    pub max_frames: u32,
+    /// Folder searched first for the codec libraries (gpu.library_path).
+    #[arg(long)]
+    pub library_path: Option<PathBuf>,
+    /// GPU index.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Row pitch alignment (bytes) of lossless JPEG output; 0 = the production default.
+    #[arg(long, default_value_t = 0)]
+    pub lossless_pitch_align: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Merge the reports of a sharded run: sums totals and stage statistics (from the stages'
+    /// histograms), lists failed files, and names shards that are missing or did not finish.
+    /// Exit 0 only when all N shards are present, finished, and nothing failed; 1 otherwise.
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Shard reports (`shard-I-of-N.json`), or folders holding them (such as
+    /// OUT/.dicomflow/reports).
+    #[arg(required = true)]
+    pub reports: Vec<PathBuf>,
+    /// Write the merged report here (JSON; docs/merged-report-schema.json).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// The number of shards expected (default: what the reports say).
+    #[arg(long)]
+    pub shards: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Files and folders to list (folders recursively, in name order, as `run` walks them).
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// The manifest to write (tab-separated text, written atomically).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Also list each file's Study, Series and SOP Instance UIDs (reads the start of every
+    /// header, on all cores), so `run --manifest --shard-by series` needs no header reads.
+    #[arg(long)]
+    pub with_series: bool,
+    /// Print the byte-balanced plan of N shards (files and bytes per shard).
+    #[arg(long, value_name = "N")]
+    pub plan: Option<u32>,
+    /// With --plan: what stays together, path (each file) or series.
+    #[arg(
+        long,
+        value_name = "path|series",
+        requires = "plan",
+        default_value = "path"
+    )]
+    pub shard_by: String,
 }
 
 #[derive(Debug, Args)]
@@ -72,8 +150,26 @@ pub struct TransferArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Files and folders to process.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "manifest")]
     pub inputs: Vec<PathBuf>,
+    /// Read the files from a manifest written by `dicomflow scan` instead of walking inputs;
+    /// with --shard the shards are balanced by bytes.
+    #[arg(long, conflicts_with = "inputs")]
+    pub manifest: Option<PathBuf>,
+    /// Render only one shard of the inputs: I/N (0-based), slurm (SLURM_ARRAY_TASK_ID of
+    /// SLURM_ARRAY_TASK_COUNT) or k8s (JOB_COMPLETION_INDEX of --shard-count). Its report goes
+    /// to OUT/.dicomflow/reports/shard-I-of-N.json unless --report says otherwise.
+    #[arg(long, value_name = "I/N|slurm|k8s")]
+    pub shard: Option<String>,
+    /// The number of shards where the scheduler does not give it: k8s, or some indices of a
+    /// Slurm array resubmitted (--array=2,5) [env: DICOMFLOW_SHARD_COUNT].
+    #[arg(long, value_name = "N", requires = "shard")]
+    pub shard_count: Option<u32>,
+    /// What decides a file's shard: path (its path relative to its input; default) or series
+    /// (its SeriesInstanceUID: a series stays whole; every file's header is read unless the
+    /// manifest has UIDs).
+    #[arg(long, value_name = "path|series", requires = "shard")]
+    pub shard_by: Option<String>,
     /// Output directory [config: output.dir, default "out"].
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -115,6 +211,9 @@ pub struct RunArgs {
     /// Skip inputs whose outputs exist (resume a killed run).
     #[arg(long)]
     pub skip_existing: bool,
+    /// When outputs reach the disk: run (at the end), file (each before its name), none.
+    #[arg(long)]
+    pub sync: Option<String>,
     /// Stop at the first failure.
     #[arg(long)]
     pub fail_fast: bool,
@@ -150,6 +249,12 @@ pub struct RunArgs {
     /// CUDA streams per device.
     #[arg(long)]
     pub streams: Option<i64>,
+    /// Compressed frames decoded on the GPU: lossless, all, none.
+    #[arg(long)]
+    pub gpu_decode: Option<String>,
+    /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU.
+    #[arg(long)]
+    pub decode_streams: Option<i64>,
     /// Show the live dashboard even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_tui")]
     pub tui: bool,
@@ -172,6 +277,7 @@ impl RunArgs {
         r.output.jpeg_quality = self.jpeg_quality;
         r.output.naming = self.naming.clone();
         r.output.skip_existing = self.skip_existing.then_some(true);
+        r.output.sync = self.sync.clone();
         r.run.fail_fast = self.fail_fast.then_some(true);
         r.run.report = self.report.clone();
         r.run.trace = self.trace.clone();
@@ -185,6 +291,8 @@ impl RunArgs {
         r.gpu.transfer = self.transfer.clone();
         r.gpu.gpus = self.gpus.clone().map(RawGpus::Word);
         r.gpu.streams = self.streams;
+        r.gpu.decode = self.gpu_decode.clone();
+        r.gpu.decode_streams = self.decode_streams;
         r.dashboard.tui = if self.tui {
             Some("on".into())
         } else if self.no_tui {
@@ -245,4 +353,10 @@ pub struct InspectArgs {
     /// VOI function override to explain.
     #[arg(long)]
     pub voi_function: Option<String>,
+    /// GPU decode policy to explain (lossless, all, none).
+    #[arg(long, default_value = "lossless")]
+    pub gpu_decode: String,
+    /// Folder searched first for the codec libraries (gpu.library_path).
+    #[arg(long)]
+    pub library_path: Option<PathBuf>,
 }

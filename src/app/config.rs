@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use dicomflow::backend::options::{
-    BackendChoice, BackendOptions, GpuSelection, PageLocking, Transfer,
+    BackendChoice, BackendOptions, GpuDecode, GpuSelection, PageLocking, Transfer,
 };
 use dicomflow::decode::Damaged;
 use dicomflow::error::FatalError;
-use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter};
+use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter, SyncMode};
+use dicomflow::paths::Escaped;
 use dicomflow::pipeline::options::{Job, Layout};
 use dicomflow::render::spec::parse_voi_override;
 
@@ -64,6 +65,7 @@ pub struct RawOutput {
     pub jpeg_quality: Option<i64>,
     pub naming: Option<String>,
     pub skip_existing: Option<bool>,
+    pub sync: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -98,6 +100,8 @@ pub struct RawGpu {
     pub release_threshold_mib: Option<i64>,
     pub kernel_cache: Option<PathBuf>,
     pub library_path: Option<PathBuf>,
+    pub decode: Option<String>,
+    pub decode_streams: Option<i64>,
 }
 
 /// A number, or the word "auto".
@@ -141,7 +145,7 @@ impl std::fmt::Display for Origin {
         match self {
             #[cfg(test)]
             Origin::Defaults => write!(f, "built-in defaults"),
-            Origin::File(p) => write!(f, "{}", p.display()),
+            Origin::File(p) => write!(f, "{}", Escaped(p)),
             Origin::Cli => write!(f, "command line"),
         }
     }
@@ -163,6 +167,7 @@ pub struct DashboardOptions {
     pub tui: TuiMode,
     pub tick_ms: u64,
     /// Where logs go while the dashboard owns the terminal; `None` = `OUT/dicomflow.log`.
+    #[serde(serialize_with = "dicomflow::paths::serialize_opt")]
     pub log_file: Option<PathBuf>,
 }
 
@@ -187,12 +192,17 @@ pub struct Settings {
     #[serde(flatten)]
     pub backend: BackendOptions,
     /// `--report`: the JSON report's path.
+    #[serde(serialize_with = "dicomflow::paths::serialize_opt")]
     pub report: Option<PathBuf>,
     /// `--trace`: the Chrome trace's path.
+    #[serde(serialize_with = "dicomflow::paths::serialize_opt")]
     pub trace: Option<PathBuf>,
     #[serde(flatten)]
     pub dashboard: DashboardOptions,
 }
+
+/// The largest configuration file read (the shipped one is 6 KiB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// Builds the message for a rejected value.
 fn bad(
@@ -201,8 +211,21 @@ fn bad(
     value: impl std::fmt::Display,
     why: impl AsRef<str>,
 ) -> FatalError {
+    // Control characters shown escaped: a NUL or an escape sequence in a value is printed as
+    // `\u{0}`, never raw to the terminal.
+    let shown: String = value
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
     FatalError::Config(format!(
-        "{origin}: invalid value `{value}` for `{key}`: {}",
+        "{origin}: invalid value `{shown}` for `{key}`: {}",
         why.as_ref()
     ))
 }
@@ -251,9 +274,25 @@ impl Settings {
     }
 
     /// Reads and parses a config file.
+    /// Reads and parses a config file: a regular file (a FIFO or a device would block or
+    /// never end: `-c /dev/zero`) of at most [`MAX_CONFIG_BYTES`].
     pub fn load_file(path: &Path) -> Result<RawConfig, FatalError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| FatalError::Config(format!("config file {}: {e}", path.display())))?;
+        use std::io::Read;
+        let err = |e: &dyn std::fmt::Display| {
+            FatalError::Config(format!("config file {}: {e}", Escaped(path)))
+        };
+        let file = dicomflow::decode::probe::open_input(path).map_err(|e| err(&e))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| err(&e))?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(err(&format!(
+                "larger than {} KiB: not a configuration file",
+                MAX_CONFIG_BYTES >> 10
+            )));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| err(&"not UTF-8 text"))?;
         Self::parse_toml(&text, &Origin::File(path.to_path_buf()))
     }
 
@@ -345,6 +384,19 @@ impl Settings {
         }
         if let Some(v) = o.skip_existing {
             self.job.output.skip_existing = v;
+        }
+        if let Some(v) = &o.sync {
+            self.job.output.sync = one_of(
+                origin,
+                "output.sync",
+                v,
+                &[
+                    ("run", SyncMode::Run),
+                    ("file", SyncMode::File),
+                    ("none", SyncMode::None),
+                ],
+                "use run, file or none",
+            )?;
         }
 
         let run = &raw.run;
@@ -491,6 +543,22 @@ impl Settings {
         if let Some(v) = &g.library_path {
             self.backend.gpu.library_path = nonempty_path(v);
         }
+        if let Some(v) = g.decode_streams {
+            self.backend.gpu.decode_streams = count(origin, "gpu.decode_streams", v, 1, 64)?;
+        }
+        if let Some(v) = &g.decode {
+            self.backend.gpu.decode = one_of(
+                origin,
+                "gpu.decode",
+                v,
+                &[
+                    ("lossless", GpuDecode::Lossless),
+                    ("all", GpuDecode::All),
+                    ("none", GpuDecode::None),
+                ],
+                "use lossless, all or none",
+            )?;
+        }
 
         let d = &raw.dashboard;
         if let Some(v) = &d.tui {
@@ -585,6 +653,7 @@ mod tests {
             ("[pipeline]\nlayout = \"fused\"", "pipeline.layout", "fused"),
             ("[gpu]\ntransfer = \"dma\"", "gpu.transfer", "dma"),
             ("[output]\njpeg_quality = 0", "output.jpeg_quality", "0"),
+            ("[output]\nsync = \"always\"", "output.sync", "always"),
             ("[output]\nnaming = \"{../x}\"", "output.naming", "{../x}"),
             ("[dashboard]\ntick_ms = 1", "dashboard.tick_ms", "1"),
             (

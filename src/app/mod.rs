@@ -6,12 +6,13 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod dashboard;
+pub mod print;
 pub mod report;
 pub mod signals;
 
 use dicomflow::error::FatalError;
 
-use cli::{BenchCommand, Cli, Command};
+use cli::{BenchCommand, Cli, Command, ReportCommand};
 
 /// Runs the command `cli` names; the exit code, or the fatal error (exit 2).
 pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError> {
@@ -20,8 +21,13 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError
         Command::Run(args) => commands::run::execute(&args, cli.quiet, started),
         Command::Synth(args) => commands::synth::execute(&args, cli.quiet),
         Command::Inspect(args) => commands::inspect::execute(&args),
+        Command::Scan(args) => commands::scan::execute(&args, cli.quiet),
+        Command::Report(ReportCommand::Merge(args)) => {
+            commands::report_merge::execute(&args, cli.quiet)
+        }
         Command::Bench(BenchCommand::Transfer(args)) => commands::bench_transfer::execute(&args),
         Command::Bench(BenchCommand::Encode(args)) => commands::bench_encode::execute(&args),
+        Command::Bench(BenchCommand::Decode(args)) => commands::bench_decode::execute(&args),
     }
 }
 
@@ -43,5 +49,8 @@ fn init_logging(verbose: u8, quiet: bool) {
         .with_writer(dashboard::LogSink)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
+        // Its own report of a failed write is an `eprintln!`, which panics when stderr is a
+        // closed pipe: the sink below already makes such writes succeed quietly.
+        .log_internal_errors(false)
         .try_init();
 }

@@ -1,12 +1,15 @@
 //! End-of-run outputs: the summary table on stderr and the JSON report (`--report`).
 
-use std::fmt::Write;
-use std::path::Path;
+use std::fmt::Write as _;
+use std::io::Write as _;
 
 use crate::app::config::Settings;
 use dicomflow::backend::BackendInfo;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
+use dicomflow::output::atomic::PendingFile;
+use dicomflow::paths::Escaped;
 use dicomflow::pipeline::{FileStatus, RunResult};
+use dicomflow::source::select::ShardPlanInfo;
 
 /// Version of the report's layout (docs/report-schema.json). Fields may be added without a
 /// change of version; removing or changing one changes it.
@@ -49,6 +52,35 @@ impl Versions {
     }
 }
 
+/// What the summary says about GPU decoding: for a run with frames of a transfer syntax a GPU
+/// codec exists for, where each family decoded (the CUDA backend's lines: library, version, or
+/// why it is off) and how many frames the GPU decoded; for the CPU backend, that it is off and
+/// why. Nothing for runs without such frames.
+fn gpu_decode_lines(result: &RunResult, stats: &Snapshot) -> Vec<String> {
+    let compressed = result.files.iter().any(|f| {
+        f.meta.as_ref().is_some_and(|m| {
+            dicomflow::decode::compressed::GpuCodec::of(&m.transfer_syntax).is_some()
+        })
+    });
+    if !compressed {
+        return Vec::new();
+    }
+    if result.backend.decode.is_empty() {
+        return vec![format!(
+            "off: the {} backend decodes every frame ({})",
+            result.backend.name, result.backend.reason
+        )];
+    }
+    let mut lines = result.backend.decode.clone();
+    if let Some(g) = &stats.gpu {
+        lines.push(format!(
+            "{} frame(s) decoded on the GPU, {} handed to the CPU decoder",
+            g.frames_gpu_decoded, g.frames_decode_fallback
+        ));
+    }
+    lines
+}
+
 /// The backend as the report shows it: what it said about itself, the line the dashboard
 /// showed, and the GPU figures when there is a GPU.
 #[derive(serde::Serialize)]
@@ -72,6 +104,20 @@ pub struct ProcessTimes {
     pub report_s: f64,
 }
 
+/// A sharded run's part of the report: how its files were chosen (what `report merge` checks
+/// every shard agrees on), where and when it ran (what the merge's wall time comes from).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ShardSection {
+    #[serde(flatten)]
+    pub plan: ShardPlanInfo,
+    /// The machine that ran it.
+    pub host: String,
+    /// When the process started and when this report was written, seconds since the Unix
+    /// epoch.
+    pub started_unix_s: f64,
+    pub finished_unix_s: f64,
+}
+
 /// The report document.
 #[derive(serde::Serialize)]
 pub struct Report<'a> {
@@ -85,15 +131,19 @@ pub struct Report<'a> {
     /// Per-stage statistics, gauges at the end, counters.
     pub statistics: &'a Snapshot,
     pub process: ProcessTimes,
+    /// With --shard: which shard, of which plan (null otherwise).
+    pub shard: Option<&'a ShardSection>,
 }
 
-/// Writes the JSON report atomically.
+/// Writes the JSON report into `file` (created when the run started) and makes it appear,
+/// complete, at its path.
 pub fn write_report(
-    path: &Path,
+    file: PendingFile,
     settings: &Settings,
     result: &RunResult,
     stats: &Snapshot,
     process: ProcessTimes,
+    shard: Option<&ShardSection>,
 ) -> std::io::Result<()> {
     let report = Report {
         report_version: REPORT_VERSION,
@@ -108,9 +158,12 @@ pub fn write_report(
         result,
         statistics: stats,
         process,
+        shard,
     };
-    let bytes = serde_json::to_vec_pretty(&report)?;
-    dicomflow::output::atomic::write_atomic(path, &bytes)
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut out, &report)?;
+    out.write_all(b"\n")?;
+    out.into_inner().map_err(|e| e.into_error())?.persist()
 }
 
 fn mb(bytes: u64) -> String {
@@ -173,6 +226,9 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         mb(result.slot_memory_bytes),
         result.slot_memory_kind
     );
+    for line in gpu_decode_lines(result, stats) {
+        let _ = writeln!(s, "  gpu decode: {line}");
+    }
     let _ = writeln!(
         s,
         "  {:<13} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",
@@ -232,12 +288,12 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
         .filter(|f| f.status == FileStatus::Skipped)
         .collect();
     if !skipped.is_empty() {
-        let _ = writeln!(s, "  skipped (not images):");
+        let _ = writeln!(s, "  skipped (not rendered, not failures):");
         for f in skipped.iter().take(20) {
             let _ = writeln!(
                 s,
                 "    {}: {}",
-                f.path.display(),
+                Escaped(&f.path),
                 f.skip_reason.as_deref().unwrap_or("")
             );
         }
@@ -266,7 +322,7 @@ pub fn failures(result: &RunResult) -> String {
             let _ = writeln!(
                 s,
                 "    {}{}: {}: {}",
-                f.path.display(),
+                Escaped(&f.path),
                 frame,
                 x.stage,
                 x.reason

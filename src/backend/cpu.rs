@@ -37,6 +37,7 @@ impl Backend for CpuBackend {
             devices: vec![format!("{} CPU threads", crate::host::available_cores())],
             transfer: "none".into(),
             reason: self.reason.clone(),
+            decode: Vec::new(),
         }
     }
 
@@ -64,11 +65,25 @@ pub struct CpuRenderer {
     cached: Option<(GrayPlan, Resolved)>,
     table: Vec<u8>,
     counts: Vec<u32>,
+    /// Decoded values and codec scratch for frames that arrive compressed.
+    decoded: Vec<u8>,
+    scratch: Vec<u8>,
 }
 
 impl RenderWorker for CpuRenderer {
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
         let start = Instant::now();
+        if let Some(encoded) = &plan.encoded {
+            // A frame left compressed for a GPU that is not rendering it (warm start, or a
+            // frame the GPU codec refused): decode it here, in place.
+            crate::decode::compressed::decode_slot_on_cpu(
+                encoded,
+                slot,
+                &mut self.decoded,
+                &mut self.scratch,
+            )
+            .map_err(RenderError::Decode)?;
+        }
         let input = slot.input.bytes(plan.input_bytes());
         let out = slot.output.bytes_mut(plan.output_bytes());
         let window = self.render_bytes(plan, input, out)?;

@@ -10,6 +10,7 @@ pub mod warm;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::decode::compressed::GpuRoute;
 use crate::memory::{AllocError, HostAllocator, Slot};
 use crate::render::plan::{FramePlan, Window};
 
@@ -24,6 +25,10 @@ pub struct BackendInfo {
     pub transfer: String,
     /// Why this backend was chosen (e.g. "auto: no libcuda").
     pub reason: String,
+    /// Which compressed transfer syntaxes the GPU decodes, with the codec libraries found
+    /// (name, version, path) or why one is missing; empty for the CPU backend.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decode: Vec<String>,
 }
 
 /// Time spent in the parts of rendering one frame.
@@ -31,6 +36,8 @@ pub struct BackendInfo {
 pub struct RenderTimings {
     /// Host-to-device transfer (zero for the CPU, or for mapped memory).
     pub transfer_in: Duration,
+    /// GPU decode of a compressed frame (codec library, CUDA events; zero otherwise).
+    pub decode: Duration,
     /// The chain itself.
     pub compute: Duration,
     /// Device-to-host transfer.
@@ -78,6 +85,10 @@ pub enum RenderError {
         gpu: usize,
         source: Box<RenderError>,
     },
+    /// A compressed frame could not be decoded (the GPU codec refused it and so did the CPU
+    /// decoder of its transfer syntax).
+    #[error("{0}")]
+    Decode(String),
     /// An invariant between the pipeline and the backend did not hold (a bug: please report).
     #[error("internal: {0}")]
     Internal(String),
@@ -121,11 +132,17 @@ pub trait Backend: Send + Sync {
     fn attach_stats(&self, _stats: Arc<crate::observe::stats::Stats>) {}
     /// Called once after the last frame (final statistics).
     fn finish(&self) {}
+    /// Which compressed frames the loaders should leave compressed for this backend to decode
+    /// (GPU codecs). The CPU backend decodes nothing itself: the loaders decode on the CPU.
+    fn gpu_route(&self) -> GpuRoute {
+        GpuRoute::NONE
+    }
 }
 
 /// Renders frames on one thread (one CUDA stream for the GPU backend).
 pub trait RenderWorker: Send {
-    /// Reads `plan.input_bytes()` from `slot.input`, writes `plan.output_bytes()` pixels to
+    /// Reads `plan.input_bytes()` from `slot.input` (or, when `plan.encoded` is set, the
+    /// frame's codestream, which it decodes first), writes `plan.output_bytes()` pixels to
     /// `slot.output` (or `plan.output_capacity()` bytes of filtered PNG rows, as the outcome
     /// says).
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError>;

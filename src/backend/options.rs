@@ -33,6 +33,33 @@ pub enum PageLocking {
     HostAlloc,
 }
 
+/// Which compressed frames the GPU decodes (`gpu.decode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuDecode {
+    /// Only codestreams whose decoded values equal the CPU decoders' bit for bit on every
+    /// conforming decoder (reversible JPEG 2000 and HTJ2K): the output stays byte-identical to
+    /// the CPU backend's.
+    Lossless,
+    /// Lossy codestreams too (JPEG baseline/extended, irreversible JPEG 2000), whose values may
+    /// differ from the CPU decoders' (README: measured deviations), and lossless JPEG (exact
+    /// from 256×256, but slower on nvJPEG than on the CPU decoders of a 16-core host).
+    All,
+    /// Every frame decodes on the CPU.
+    None,
+}
+
+impl GpuDecode {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuDecode::Lossless => "lossless",
+            GpuDecode::All => "all",
+            GpuDecode::None => "none",
+        }
+    }
+}
+
 /// Which GPUs to use.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -57,9 +84,17 @@ pub struct GpuOptions {
     /// Memory the stream-ordered pool keeps reserved across synchronizations.
     pub release_threshold_bytes: u64,
     /// Where compiled kernels are cached; `None` = `$XDG_CACHE_HOME/dicomflow`.
+    #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub kernel_cache: Option<PathBuf>,
     /// Folder searched first for NVIDIA's codec libraries (nvJPEG, nvJPEG2000, nvCOMP).
+    #[serde(serialize_with = "crate::paths::serialize_opt")]
     pub library_path: Option<PathBuf>,
+    /// Which compressed frames the GPU decodes.
+    pub decode: GpuDecode,
+    /// Streams per GPU when the job's first file is JPEG 2000 for the GPU to decode (each
+    /// nvJPEG2000 decode takes milliseconds on a few multiprocessors, so many run at once); at
+    /// least `streams`.
+    pub decode_streams: usize,
 }
 
 impl Default for GpuOptions {
@@ -74,6 +109,8 @@ impl Default for GpuOptions {
             release_threshold_bytes: 256 << 20,
             kernel_cache: None,
             library_path: None,
+            decode: GpuDecode::Lossless,
+            decode_streams: 16,
         }
     }
 }

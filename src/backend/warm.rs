@@ -136,6 +136,15 @@ impl Backend for WarmStart {
         }
     }
 
+    fn gpu_route(&self) -> crate::decode::compressed::GpuRoute {
+        // Until CUDA is ready the loaders decode on the CPU; a frame left compressed that a
+        // worker still renders on the CPU is decoded there (CpuRenderer).
+        match self.cuda.get() {
+            Some(Ok(b)) => b.gpu_route(),
+            _ => crate::decode::compressed::GpuRoute::NONE,
+        }
+    }
+
     fn finish(&self) {
         // A job shorter than the driver's start does not wait for it: the binary leaves with
         // _exit, and library users may call `wait_ready`.

@@ -3,6 +3,16 @@
 //! by the fragments that start a frame (a JPEG start-of-image marker, an RLE header: files
 //! written without an offset table by encoders that split frames into several fragments).
 
+/// How a fragment that starts a frame is told, for transfer syntax `ts`: an RLE header for
+/// RLE Lossless, a JPEG start-of-image marker otherwise.
+pub fn frame_start_test(ts: &str) -> fn(&[u8]) -> bool {
+    if ts == "1.2.840.10008.1.2.5" {
+        super::rle::looks_like_header
+    } else {
+        starts_jpeg
+    }
+}
+
 /// True when a fragment starts a JPEG or JPEG-LS codestream (a start-of-image marker).
 pub fn starts_jpeg(fragment: &[u8]) -> bool {
     fragment.starts_with(&[0xff, 0xd8])

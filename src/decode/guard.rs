@@ -38,33 +38,69 @@ enum Bytes {
     File(File),
     /// A forward-only stream (an inflated data set), `at` bytes consumed.
     Stream { reader: Box<dyn Read>, at: u64 },
+    /// Bytes held in memory (a value [`super::un`] parses again), read like a file.
+    Mem(Vec<u8>),
 }
 
 impl Bytes {
-    /// Appends `n` bytes found at offset `at` (never behind a stream's position) to `out`.
-    fn read_at(&mut self, at: u64, n: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
+    /// Appends up to `n` bytes found at offset `at` (never behind a stream's position) to
+    /// `out`; returns how many. Fewer than `n` only at the end of a stream.
+    fn read_at(&mut self, at: u64, n: usize, out: &mut Vec<u8>) -> std::io::Result<usize> {
         let old = out.len();
-        out.resize(old + n, 0);
         match self {
-            Bytes::File(f) => f.read_exact_at(&mut out[old..], at),
+            Bytes::File(f) => {
+                out.resize(old + n, 0);
+                f.read_exact_at(&mut out[old..], at)?;
+                Ok(n)
+            }
+            Bytes::Mem(m) => {
+                let from = usize::try_from(at).unwrap_or(usize::MAX);
+                let src = m
+                    .get(from..from.saturating_add(n))
+                    .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+                out.extend_from_slice(src);
+                Ok(n)
+            }
             Bytes::Stream { reader, at: pos } => {
                 let skip = at.saturating_sub(*pos);
-                let skipped = std::io::copy(&mut reader.take(skip), &mut std::io::sink())?;
+                let skipped = discard(reader, skip);
+                *pos += skipped;
                 if skipped < skip {
-                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                    return Ok(0);
                 }
-                reader.read_exact(&mut out[old..])?;
-                *pos = at + n as u64;
-                Ok(())
+                // A corrupt byte ends the stream here as it ends dicom-rs's reading: the walk
+                // stops and dicom-rs reports the error in its own words.
+                let _ = reader.take(n as u64).read_to_end(out);
+                let got = out.len() - old;
+                *pos += got as u64;
+                Ok(got)
             }
         }
     }
+}
+
+/// Reads and drops up to `n` bytes of `reader`; returns how many there were (a read error
+/// counts as the end).
+fn discard(reader: &mut dyn Read, n: u64) -> u64 {
+    let mut chunk = [0u8; 16 << 10];
+    let mut done = 0u64;
+    while done < n {
+        let want = (n - done).min(chunk.len() as u64) as usize;
+        match reader.read(&mut chunk[..want]) {
+            Ok(0) => break,
+            Ok(k) => done += k as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    done
 }
 
 /// Buffered reads over the bytes of a data set: element headers come from one window,
 /// values are skipped.
 struct Src {
     bytes: Bytes,
+    /// The size of the data set; for a stream, `u64::MAX` until its end is met.
     size: u64,
     pos: u64,
     buf: Vec<u8>,
@@ -80,6 +116,10 @@ impl Src {
             buf: Vec::new(),
             buf_at: 0,
         }
+    }
+
+    fn is_stream(&self) -> bool {
+        matches!(self.bytes, Bytes::Stream { .. })
     }
 
     fn remaining(&self) -> u64 {
@@ -102,9 +142,17 @@ impl Src {
             self.buf_at = self.pos;
             let want = (self.remaining().min(64 << 10) as usize).max(n) - self.buf.len();
             let from = self.buf_at + self.buf.len() as u64;
-            self.bytes
+            let got = self
+                .bytes
                 .read_at(from, want, &mut self.buf)
                 .map_err(|e| format!("cannot read: {e}"))?;
+            if got < want {
+                // The end of a stream: its size is known now.
+                self.size = self.buf_at + self.buf.len() as u64;
+                if self.remaining() < n as u64 {
+                    return Ok(None);
+                }
+            }
         }
         let at = (self.pos - self.buf_at) as usize;
         Ok(Some(&self.buf[at..at + n]))
@@ -118,6 +166,34 @@ impl Src {
         out.copy_from_slice(b);
         self.pos += N as u64;
         Ok(Some(out))
+    }
+
+    /// Makes sure the data set holds `len` bytes from the current position on: `Err` with
+    /// the number of bytes it does hold. A stream is read up to there (discarding), so the
+    /// value must be skipped next, not parsed.
+    fn holds(&mut self, len: u32) -> Result<(), u64> {
+        let target = self.pos + len as u64;
+        let Bytes::Stream { reader, at } = &mut self.bytes else {
+            return if target <= self.size {
+                Ok(())
+            } else {
+                Err(self.remaining())
+            };
+        };
+        let buf_end = self.buf_at + self.buf.len() as u64;
+        if target <= buf_end {
+            return Ok(());
+        }
+        let skip = target - buf_end;
+        let skipped = discard(reader, skip);
+        *at += skipped;
+        self.buf.clear();
+        self.buf_at = *at;
+        if skipped < skip {
+            self.size = *at;
+            return Err(self.remaining());
+        }
+        Ok(())
     }
 }
 
@@ -202,14 +278,19 @@ pub struct Walk {
 /// Checks the file meta group and the data set of a file [`probe`](super::probe) found to be
 /// DICOM. Returns why the file must not be parsed, or what the walk saw (also when it gave
 /// up early).
-pub fn check_structure(path: &Path, kind: &Probe) -> Result<Walk, String> {
+pub fn check_structure(path: &Path, kind: &Probe, max_pixel_bytes: u64) -> Result<Walk, String> {
     let mut walk = Walk::default();
-    check_file(path, kind, &mut walk)?;
+    check_file(path, kind, max_pixel_bytes, &mut walk)?;
     Ok(walk)
 }
 
-fn check_file(path: &Path, kind: &Probe, walk: &mut Walk) -> Result<(), String> {
-    let file = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+fn check_file(
+    path: &Path,
+    kind: &Probe,
+    max_pixel_bytes: u64,
+    walk: &mut Walk,
+) -> Result<(), String> {
+    let file = super::probe::open_input(path).map_err(|e| format!("cannot open: {e}"))?;
     let size = file
         .metadata()
         .map_err(|e| format!("cannot open: {e}"))?
@@ -232,27 +313,21 @@ fn check_file(path: &Path, kind: &Probe, walk: &mut Walk) -> Result<(), String> 
     };
     let ts = trim_uid(&ts);
     if let Some(adapter) = deflate_adapter(ts) {
-        return check_deflated(path, src.pos, adapter, walk);
+        return check_deflated(path, src.pos, adapter, max_pixel_bytes, walk);
     }
     let (explicit, be) = match ts {
         IMPLICIT_VR_LE => (false, false),
         EXPLICIT_VR_BE => (true, true),
         _ => (true, false),
     };
-    check_dataset(&mut src, explicit, be, walk)
+    check_dataset(&mut src, explicit, be, None, walk)
 }
 
 /// Checks a data set held in memory, implicit VR little endian (what [`super::un`] hands to
 /// dicom-rs): every length must fit, nesting must stay shallow.
 pub(crate) fn check_implicit_bytes(data: &[u8]) -> Result<(), String> {
-    let mut src = Src::new(
-        Bytes::Stream {
-            reader: Box::new(std::io::Cursor::new(data.to_vec())),
-            at: 0,
-        },
-        data.len() as u64,
-    );
-    check_dataset(&mut src, false, false, &mut Walk::default())
+    let mut src = Src::new(Bytes::Mem(data.to_vec()), data.len() as u64);
+    check_dataset(&mut src, false, false, None, &mut Walk::default())
 }
 
 /// A transfer syntax UID as dicom-rs reads it: trailing whitespace of any kind and NULs go
@@ -273,39 +348,88 @@ fn deflate_adapter(ts: &str) -> Option<&'static dyn DataRWAdapter> {
     }
 }
 
+/// Elements other than Pixel Data that a deflated data set may inflate to, in all: real
+/// headers are kilobytes; dicom-rs holds every inflated value in memory.
+pub const DEFLATED_HEADER_BUDGET: u64 = 64 << 20;
+
 /// Checks a deflated data set (explicit VR little endian once inflated, starting at byte
-/// `start` of the file): one pass counts the bytes that inflate (up to the end or the first
-/// corrupt byte), a second walks them. dicom-rs allocates lengths read from inflated bytes
-/// as it does from plain ones.
+/// `start` of the file) in one pass over the inflating stream, which never holds more than a
+/// window of it. dicom-rs inflates the whole data set into memory and allocates lengths read
+/// from inflated bytes as it does from plain ones, and a few megabytes of deflated zeros
+/// inflate to gigabytes, so the pass also stops where the data set stops being justified by
+/// its header: Pixel Data larger than Rows x Columns x Samples x Bits x Frames (plus the
+/// padding byte) or than `max_pixel_bytes`, or more than [`DEFLATED_HEADER_BUDGET`] of
+/// other elements. It stops before inflating what it refuses.
 fn check_deflated(
     path: &Path,
     start: u64,
     adapter: &dyn DataRWAdapter,
+    max_pixel_bytes: u64,
     walk: &mut Walk,
 ) -> Result<(), String> {
-    let open = || -> Result<Box<dyn Read>, String> {
-        let mut f = File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-        f.seek(SeekFrom::Start(start))
-            .map_err(|e| format!("cannot read: {e}"))?;
-        Ok(adapter.adapt_reader(Box::new(BufReader::new(f))))
+    let mut f = super::probe::open_input(path).map_err(|e| format!("cannot open: {e}"))?;
+    f.seek(SeekFrom::Start(start))
+        .map_err(|e| format!("cannot read: {e}"))?;
+    let reader = adapter.adapt_reader(Box::new(BufReader::new(f)));
+    let mut src = Src::new(Bytes::Stream { reader, at: 0 }, u64::MAX);
+    let budget = Budget {
+        max_pixel_bytes,
+        header_left: DEFLATED_HEADER_BUDGET,
     };
-    let mut inflate = open()?;
-    let mut chunk = vec![0u8; 64 << 10];
-    let mut size = 0u64;
-    loop {
-        match inflate.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => size += n as u64,
+    check_dataset(&mut src, true, false, Some(budget), walk)
+}
+
+/// What a deflated data set may still inflate to.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    max_pixel_bytes: u64,
+    /// Bytes of elements other than Pixel Data still allowed.
+    header_left: u64,
+}
+
+/// The top-level attributes that justify the size of Pixel Data.
+#[derive(Debug, Default, Clone, Copy)]
+struct ImageAttrs {
+    rows: Option<u64>,
+    cols: Option<u64>,
+    samples: Option<u64>,
+    bits: Option<u64>,
+    frames: Option<u64>,
+}
+
+impl ImageAttrs {
+    /// Records `(group,element)` when it is one of the attributes (a short value at the top
+    /// level).
+    fn note(&mut self, group: u16, element: u16, value: &[u8]) {
+        let us = || (value.len() >= 2).then(|| u16::from_le_bytes([value[0], value[1]]) as u64);
+        match (group, element) {
+            (0x0028, 0x0002) => self.samples = us(),
+            (0x0028, 0x0010) => self.rows = us(),
+            (0x0028, 0x0011) => self.cols = us(),
+            (0x0028, 0x0100) => self.bits = us(),
+            (0x0028, 0x0008) => {
+                self.frames = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|t| t.trim_matches(|c: char| c == ' ' || c == '\0').parse().ok())
+            }
+            _ => {}
         }
     }
-    let mut src = Src::new(
-        Bytes::Stream {
-            reader: open()?,
-            at: 0,
-        },
-        size,
-    );
-    check_dataset(&mut src, true, false, walk)
+
+    /// Bytes of native Pixel Data the attributes justify (rounded up to even), or `None`
+    /// when Rows, Columns or Bits Allocated is missing.
+    fn pixel_bytes(&self) -> Option<u64> {
+        let samples = self.samples.unwrap_or(1).max(1);
+        let frames = self.frames.unwrap_or(1).max(1);
+        let bits = self
+            .rows?
+            .checked_mul(self.cols?)?
+            .checked_mul(samples)?
+            .checked_mul(frames)?
+            .checked_mul(self.bits?)?;
+        let bytes = bits.div_ceil(8);
+        Some(bytes + bytes % 2)
+    }
 }
 
 /// Walks the meta group as dicom-rs reads it (explicit VR little endian, unknown VRs with the
@@ -402,13 +526,19 @@ fn meta_header(src: &mut Src) -> Result<Option<(u16, u16, u32)>, String> {
     Ok(Some((group, element, len)))
 }
 
-fn fits(src: &Src, group: u16, element: u16, len: u32) -> Result<(), String> {
-    if len as u64 > src.remaining() {
+/// Checks that the data set holds the `len` bytes an element claims (reading a stream up to
+/// there: the value is skipped next, not parsed).
+fn fits(src: &mut Src, group: u16, element: u16, len: u32) -> Result<(), String> {
+    let at = src.pos;
+    if let Err(left) = src.holds(len) {
         return Err(format!(
-            "element ({group:04X},{element:04X}) at byte {} claims {len} bytes, but only {} \
-             remain in the file",
-            src.pos,
-            src.remaining()
+            "element ({group:04X},{element:04X}) at byte {at} claims {len} bytes, but only \
+             {left} remain in the {}",
+            if src.is_stream() {
+                "inflated data set"
+            } else {
+                "file"
+            }
         ));
     }
     Ok(())
@@ -452,7 +582,17 @@ fn value_unit(vr: dicom_core::VR) -> u32 {
 /// Walks the data set with the state machine of dicom-rs's `DataSetReader` (which decides
 /// where every value lies and how much is allocated for it), without reading values. Stops
 /// with `Ok` where dicom-rs would stop with an error of its own.
-fn check_dataset(src: &mut Src, explicit: bool, be: bool, walk: &mut Walk) -> Result<(), String> {
+///
+/// With a `budget` (a deflated data set, whose values dicom-rs inflates into memory), values
+/// are also held to it: see [`check_deflated`].
+fn check_dataset(
+    src: &mut Src,
+    explicit: bool,
+    be: bool,
+    mut budget: Option<Budget>,
+    walk: &mut Walk,
+) -> Result<(), String> {
+    let mut attrs = ImageAttrs::default();
     let mut stack: Vec<Open> = Vec::new();
     let mut in_sequence = false;
     let mut pending = false; // dicom-rs's `delimiter_check_pending`
@@ -502,7 +642,21 @@ fn check_dataset(src: &mut Src, explicit: bool, be: bool, walk: &mut Walk) -> Re
                         }
                         None
                     } else {
-                        fits(src, 0xfffe, 0xe000, len)?;
+                        if parent.pixel_data {
+                            // A fragment (or the offset table, read as whole 32-bit words) is
+                            // read whole: it must be there.
+                            spend(&mut budget, src.pos, len, "an encapsulated fragment")?;
+                            let whole = if src.is_stream() && first_fragment {
+                                len & !3
+                            } else {
+                                len
+                            };
+                            fits(src, 0xfffe, 0xe000, whole)?;
+                        } else if !src.is_stream() {
+                            // An item of a sequence is parsed, not read whole: in a stream its
+                            // elements are checked one by one instead.
+                            fits(src, 0xfffe, 0xe000, len)?;
+                        }
                         Some(src.pos + skew + len as u64)
                     };
                     in_sequence = false;
@@ -602,9 +756,10 @@ fn check_dataset(src: &mut Src, explicit: bool, be: bool, walk: &mut Walk) -> Re
             continue;
         }
         walk.saw_un |= explicit && vr == dicom_core::VR::UN;
-        if explicit && vr == dicom_core::VR::UN && len == UNDEFINED {
+        if explicit && vr == dicom_core::VR::UN && len == UNDEFINED && !src.is_stream() {
             // CP-246: the items are implicit VR little endian. Patched into an OB of the
-            // content's length, dicom-rs keeps the bytes and `un` parses them afterwards.
+            // content's length, dicom-rs keeps the bytes and `un` parses them afterwards. (A
+            // deflated data set cannot be patched: dicom-rs reports the error.)
             let header_at = src.pos - 12;
             let content_at = src.pos;
             if let Some(content) = implicit_sequence_len(src)? {
@@ -630,7 +785,9 @@ fn check_dataset(src: &mut Src, explicit: bool, be: bool, walk: &mut Walk) -> Re
             let end = if len == UNDEFINED {
                 None
             } else {
-                fits(src, group, element, len)?;
+                if !src.is_stream() {
+                    fits(src, group, element, len)?;
+                }
                 Some(src.pos + skew + len as u64)
             };
             stack.push(Open {
@@ -649,12 +806,91 @@ fn check_dataset(src: &mut Src, explicit: bool, be: bool, walk: &mut Walk) -> Re
             pending = len == 0;
             continue;
         }
-        fits(src, group, element, len)?;
+        if stack.is_empty() && group == 0x0028 && len <= 64 {
+            if let Some(v) = src.peek(len as usize)? {
+                attrs.note(group, element, v);
+            }
+        }
+        if budget.is_some() {
+            if stack.is_empty() && (group, element) == (0x7fe0, 0x0010) {
+                check_pixel_length(&mut budget, &attrs, src.pos, len)?;
+            } else {
+                spend(&mut budget, src.pos, len, "a value")?;
+            }
+        }
         let short = len % value_unit(vr);
+        // A stream is read as far as dicom-rs reads it (whole units): the walk goes on there.
+        fits(
+            src,
+            group,
+            element,
+            if src.is_stream() { len - short } else { len },
+        )?;
         src.pos += (len - short) as u64;
         skew += short as u64;
         pending = true;
     }
+}
+
+/// Takes `len` bytes of elements other than Pixel Data (at byte `at`) from a deflated data
+/// set's budget.
+fn spend(budget: &mut Option<Budget>, at: u64, len: u32, what: &str) -> Result<(), String> {
+    let Some(b) = budget else {
+        return Ok(());
+    };
+    if len as u64 > b.header_left {
+        return Err(format!(
+            "{what} of {len} bytes at byte {at} of the inflated data set: a deflated data set \
+             may inflate to at most {} MiB besides its Pixel Data (decompression bomb?)",
+            DEFLATED_HEADER_BUDGET >> 20
+        ));
+    }
+    b.header_left -= len as u64;
+    Ok(())
+}
+
+/// Holds the Pixel Data of a deflated data set (at byte `at`, `len` bytes) to what its
+/// header justifies.
+fn check_pixel_length(
+    budget: &mut Option<Budget>,
+    attrs: &ImageAttrs,
+    at: u64,
+    len: u32,
+) -> Result<(), String> {
+    let Some(b) = *budget else {
+        return Ok(());
+    };
+    let Some(justified) = attrs.pixel_bytes() else {
+        // No dimensions to justify it: it counts as any other value.
+        return spend(
+            budget,
+            at,
+            len,
+            "Pixel Data without Rows, Columns or Bits Allocated",
+        );
+    };
+    let len = len as u64;
+    if len > justified {
+        let n = |v: Option<u64>| v.map_or("?".to_string(), |v| v.to_string());
+        return Err(format!(
+            "Pixel Data declares {len} bytes, but Rows x Columns x Samples x Bits x Frames = \
+             {} x {} x {} x {} x {} justify {justified} (decompression bomb?)",
+            n(attrs.rows),
+            n(attrs.cols),
+            attrs.samples.unwrap_or(1),
+            n(attrs.bits),
+            attrs.frames.unwrap_or(1)
+        ));
+    }
+    if len > b.max_pixel_bytes {
+        return Err(format!(
+            "deflated Pixel Data of {} MiB: a deflated data set is inflated whole, and may hold \
+             at most {} MiB (pipeline.max_frame_mib)",
+            len >> 20,
+            b.max_pixel_bytes >> 20
+        ));
+    }
+    Ok(())
 }
 
 /// The length of the content of an undefined-length sequence in implicit VR little endian
@@ -1040,6 +1276,7 @@ mod tests {
             &Probe::BareDataset {
                 transfer_syntax: "1.2.840.10008.1.2.1",
             },
+            u64::MAX,
         );
         let _ = std::fs::remove_file(&path);
         r
@@ -1085,6 +1322,7 @@ mod tests {
             &Probe::BareDataset {
                 transfer_syntax: "1.2.840.10008.1.2.1",
             },
+            u64::MAX,
         );
         let _ = std::fs::remove_file(&path);
         r.map(|_| ())

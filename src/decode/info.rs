@@ -436,7 +436,7 @@ impl ImageInfo {
     }
 }
 
-fn naming_values(obj: &InMemDicomObject) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn naming_values(obj: &InMemDicomObject) -> std::collections::BTreeMap<String, String> {
     let mut m = std::collections::BTreeMap::new();
     for (key, tag) in [
         ("PatientID", tags::PATIENT_ID),

@@ -5,8 +5,10 @@
 //! opening the whole object and then decoding would cost). Deflated and encapsulated data go
 //! through dicom-rs's codecs (one decode into a reusable buffer, one copy into the slot).
 
+pub mod compressed;
 pub mod fragments;
 mod guard;
+pub mod identity;
 pub mod info;
 pub mod jpeg;
 pub mod jpegls;
@@ -90,82 +92,139 @@ pub struct ImageFile {
 /// Limits applied before any large allocation, and the policy for damaged frames.
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeLimits {
-    /// Largest frame accepted (bytes of stored values).
+    /// Largest frame accepted (bytes of stored values); also the most Pixel Data a deflated
+    /// data set may inflate to (it is inflated whole).
     pub max_frame_bytes: u64,
     /// What to do with a frame whose compressed data ends early.
     pub damaged: Damaged,
 }
 
+/// The largest frame accepted unless configured otherwise (`pipeline.max_frame_mib`): 1 GiB.
+pub const DEFAULT_MAX_FRAME_BYTES: u64 = 1024 << 20;
+
+impl Default for DecodeLimits {
+    fn default() -> Self {
+        DecodeLimits {
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            damaged: Damaged::default(),
+        }
+    }
+}
+
+/// The header of an image file (up to its Pixel Data), its transfer syntax, and whether it
+/// is a bare data set.
+struct Header {
+    object: HeaderObject,
+    ts: String,
+    bare: bool,
+    /// The guard's byte patches, for reading the whole file later.
+    patches: Vec<patch::Patch>,
+    /// What was tolerated in the header.
+    warnings: Vec<String>,
+    sop: Option<String>,
+}
+
+/// Reads the header of a file found by [`probe`] to be DICOM, after the structure checks;
+/// `Skip` when it is no image (a DICOMDIR, no Rows/Columns and no sign of pixels), `Fail`
+/// for a damaged image (Pixel Data or an image SOP class without Rows and Columns).
+fn read_header(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<Header, DecodeError> {
+    // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
+    // the stack (an abort, not a catchable panic): refuse them before it parses.
+    let walk = guard::check_structure(path, &kind, limits.max_frame_bytes).map_err(fail)?;
+    let (mut header, ts, bare) = match kind {
+        Probe::FileMeta => {
+            let options = OpenFileOptions::new().read_until(tags::PIXEL_DATA);
+            let obj = if walk.patches.is_empty() {
+                options.open_file(path)
+            } else {
+                options.from_reader(patched(path, &walk.patches)?)
+            }
+            .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
+            // The meta table's getters already trim UIDs (trailing NULs and whitespace).
+            let sop = obj.meta().media_storage_sop_class_uid();
+            if sop == uids::MEDIA_STORAGE_DIRECTORY_STORAGE {
+                return Err(DecodeError::Skip(
+                    "DICOMDIR (media storage directory), not an image".into(),
+                ));
+            }
+            let ts = obj.meta().transfer_syntax().to_string();
+            (HeaderObject::File(Box::new(obj)), ts, false)
+        }
+        Probe::BareDataset { transfer_syntax } => {
+            let mut collector = DicomCollectorOptions::new()
+                .read_preamble(dicom_object::file::ReadPreamble::Never)
+                .expected_ts(transfer_syntax)
+                .open_file(path)
+                .map_err(|e| fail(format!("cannot open: {}", error_chain(&e))))?;
+            let mut obj = InMemDicomObject::new_empty();
+            collector
+                .read_dataset_up_to_pixeldata(&mut obj)
+                .map_err(|e| fail(format!("cannot parse DICOM data set: {}", error_chain(&e))))?;
+            (HeaderObject::Bare(obj), transfer_syntax.to_string(), true)
+        }
+        Probe::NotDicom(reason) => return Err(DecodeError::Skip(reason)),
+    };
+    let mut warnings = walk.warnings.clone();
+    if walk.saw_un {
+        warnings.extend(un::normalize(header.dataset_mut()));
+    }
+    let dataset = header.dataset();
+    if dataset.get(tags::DIRECTORY_RECORD_SEQUENCE).is_some() {
+        return Err(DecodeError::Skip(
+            "DICOMDIR (media storage directory), not an image".into(),
+        ));
+    }
+    let sop = info::opt_str(dataset, tags::SOP_CLASS_UID);
+    let has_pixel_tags = dataset.get(tags::ROWS).is_some() || dataset.get(tags::COLUMNS).is_some();
+    if !has_pixel_tags {
+        // Pixel Data (or an image SOP class) makes it an image that cannot be rendered, a
+        // failure; anything else is not an image at all.
+        return Err(
+            match (walk.pixel_data, sop.as_deref().and_then(image_class_name)) {
+                (true, _) => fail("Pixel Data without Rows and Columns"),
+                (false, Some(name)) => fail(format!(
+                    "{name} without Rows, Columns or Pixel Data (truncated or damaged?)"
+                )),
+                (false, None) => DecodeError::Skip(format!(
+                    "no image (no Rows/Columns/Pixel Data; SOP class {})",
+                    sop.as_deref().unwrap_or("unknown")
+                )),
+            },
+        );
+    }
+    Ok(Header {
+        object: header,
+        ts,
+        bare,
+        patches: walk.patches,
+        warnings,
+        sop,
+    })
+}
+
+/// The values an output naming pattern may use (`output::naming::PATTERN_KEYS`, less those
+/// that come from the path), read from the header alone; `Skip` when the file is no image.
+pub fn naming_values(
+    path: &Path,
+    kind: Probe,
+    limits: DecodeLimits,
+) -> Result<std::collections::BTreeMap<String, String>, DecodeError> {
+    let header = read_header(path, kind, limits)?;
+    Ok(info::naming_values(header.object.dataset()))
+}
+
 impl ImageFile {
     /// Opens a file found by [`probe`] to be DICOM, reading its header (not its pixels).
     pub fn open(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<ImageFile, DecodeError> {
-        // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
-        // the stack (an abort, not a catchable panic): refuse them before it parses.
-        let walk = guard::check_structure(path, &kind).map_err(fail)?;
-        let (mut header, ts, bare) = match kind {
-            Probe::FileMeta => {
-                let options = OpenFileOptions::new().read_until(tags::PIXEL_DATA);
-                let obj = if walk.patches.is_empty() {
-                    options.open_file(path)
-                } else {
-                    options.from_reader(patched(path, &walk.patches)?)
-                }
-                .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
-                // The meta table's getters already trim UIDs (trailing NULs and whitespace).
-                let sop = obj.meta().media_storage_sop_class_uid();
-                if sop == uids::MEDIA_STORAGE_DIRECTORY_STORAGE {
-                    return Err(DecodeError::Skip(
-                        "DICOMDIR (media storage directory), not an image".into(),
-                    ));
-                }
-                let ts = obj.meta().transfer_syntax().to_string();
-                (HeaderObject::File(Box::new(obj)), ts, false)
-            }
-            Probe::BareDataset { transfer_syntax } => {
-                let mut collector = DicomCollectorOptions::new()
-                    .read_preamble(dicom_object::file::ReadPreamble::Never)
-                    .expected_ts(transfer_syntax)
-                    .open_file(path)
-                    .map_err(|e| fail(format!("cannot open: {}", error_chain(&e))))?;
-                let mut obj = InMemDicomObject::new_empty();
-                collector
-                    .read_dataset_up_to_pixeldata(&mut obj)
-                    .map_err(|e| {
-                        fail(format!("cannot parse DICOM data set: {}", error_chain(&e)))
-                    })?;
-                (HeaderObject::Bare(obj), transfer_syntax.to_string(), true)
-            }
-            Probe::NotDicom(reason) => return Err(DecodeError::Skip(reason)),
-        };
-        let mut warnings = walk.warnings.clone();
-        if walk.saw_un {
-            warnings.extend(un::normalize(header.dataset_mut()));
-        }
+        let Header {
+            object: header,
+            ts,
+            bare,
+            patches,
+            mut warnings,
+            sop,
+        } = read_header(path, kind, limits)?;
         let dataset = header.dataset();
-        if dataset.get(tags::DIRECTORY_RECORD_SEQUENCE).is_some() {
-            return Err(DecodeError::Skip(
-                "DICOMDIR (media storage directory), not an image".into(),
-            ));
-        }
-        let sop = info::opt_str(dataset, tags::SOP_CLASS_UID);
-        let has_pixel_tags =
-            dataset.get(tags::ROWS).is_some() || dataset.get(tags::COLUMNS).is_some();
-        if !has_pixel_tags {
-            // Pixel Data (or an image SOP class) makes it an image that cannot be rendered, a
-            // failure; anything else is not an image at all.
-            return Err(
-                match (walk.pixel_data, sop.as_deref().and_then(image_class_name)) {
-                    (true, _) => fail("Pixel Data without Rows and Columns"),
-                    (false, Some(name)) => fail(format!(
-                        "{name} without Rows, Columns or Pixel Data (truncated or damaged?)"
-                    )),
-                    (false, None) => DecodeError::Skip(format!(
-                        "no image (no Rows/Columns/Pixel Data; SOP class {})",
-                        sop.as_deref().unwrap_or("unknown")
-                    )),
-                },
-            );
-        }
         let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
         warnings.append(&mut info.warnings);
         info.warnings = warnings;
@@ -201,7 +260,7 @@ impl ImageFile {
             Some(_) if !bare => {
                 match native::locate_pixel_data(path, &info, &info.transfer_syntax) {
                     Ok(Some(located)) => PixelSource::Native(located),
-                    Ok(None) => PixelSource::Object(Box::new(open_full(path, &walk.patches)?)),
+                    Ok(None) => PixelSource::Object(Box::new(open_full(path, &patches)?)),
                     Err(e) => return Err(fail(format!("cannot read pixel data: {e}"))),
                 }
             }
@@ -210,7 +269,7 @@ impl ImageFile {
                     if OwnCodec::of(&info.transfer_syntax).is_none() {
                         check_decodable(&info.transfer_syntax)?;
                     }
-                    PixelSource::Object(Box::new(open_full(path, &walk.patches)?))
+                    PixelSource::Object(Box::new(open_full(path, &patches)?))
                 } else {
                     // A bare data set: parse it whole through the collector path.
                     PixelSource::Object(Box::new(open_bare_full(path, &info.transfer_syntax)?))
@@ -270,35 +329,9 @@ impl ImageFile {
                     .get(&ts_uid)
                     .ok_or_else(|| format!("unknown transfer syntax {ts_uid}"))?;
                 match ts.codec() {
-                    Codec::EncapsulatedPixelData(Some(decoder), _) => {
-                        scratch.clear();
+                    Codec::EncapsulatedPixelData(..) => {
                         let obj_ref: &DefaultDicomObject = obj;
-                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            decoder.decode_frame(obj_ref, frame, scratch)
-                        }));
-                        match result {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => {
-                                return Err(format!("{} decoder: {}", ts.name(), error_chain(&e)))
-                            }
-                            Err(_) => {
-                                return Err(format!("{} decoder crashed on this data", ts.name()))
-                            }
-                        }
-                        if scratch.len() < frame_bytes {
-                            return Err(format!(
-                                "{} decoder produced {} bytes, expected {frame_bytes}",
-                                ts.name(),
-                                scratch.len()
-                            ));
-                        }
-                        dst.copy_from_slice(&scratch[..frame_bytes]);
-                    }
-                    Codec::EncapsulatedPixelData(None, _) => {
-                        return Err(format!(
-                            "transfer syntax {} ({ts_uid}) cannot be decoded",
-                            ts.name()
-                        ))
+                        return decode_with_registry(&ts_uid, obj_ref, frame, dst, scratch);
                     }
                     _ => {
                         // Native data inside a parsed object (deflate, or unusual layout).
@@ -315,6 +348,26 @@ impl ImageFile {
             }
         }
         Ok(())
+    }
+
+    /// Copies the compressed codestream of frame `frame` (its fragments, concatenated, as they
+    /// are in the file) into `out`, for a GPU codec to decode. Fails for native pixel data.
+    pub fn read_encoded_frame(&self, frame: u32, out: &mut Vec<u8>) -> Result<(), String> {
+        let PixelSource::Object(obj) = &self.source else {
+            return Err("internal: native pixel data has no codestream".into());
+        };
+        let elem = obj.get(tags::PIXEL_DATA).ok_or("Pixel Data is missing")?;
+        let dicom_core::value::Value::PixelSequence(seq) = elem.value() else {
+            return Err("compressed transfer syntax but Pixel Data is not encapsulated".into());
+        };
+        fragments::frame_bytes(
+            seq.offset_table(),
+            seq.fragments(),
+            self.info.frames,
+            frame,
+            out,
+            fragments::frame_start_test(&self.info.transfer_syntax),
+        )
     }
 
     /// What was wrong with the frame [`read_frame`](Self::read_frame) last read but rendered
@@ -393,45 +446,85 @@ fn decode_own(
     let dicom_core::value::Value::PixelSequence(seq) = elem.value() else {
         return Err("compressed transfer syntax but Pixel Data is not encapsulated".into());
     };
-    let fragments: Vec<Vec<u8>> = seq.fragments().iter().map(|f| f.to_vec()).collect();
     let mut stream = Vec::new();
-    let starts_frame = match codec {
-        OwnCodec::Rle => rle::looks_like_header,
-        OwnCodec::Jpeg | OwnCodec::JpegLs => fragments::starts_jpeg,
-    };
     fragments::frame_bytes(
         seq.offset_table(),
-        &fragments,
+        seq.fragments(),
         info.frames,
         frame,
         &mut stream,
-        starts_frame,
+        fragments::frame_start_test(&info.transfer_syntax),
     )?;
-    if codec == OwnCodec::Rle {
-        let bytes = info.file_bits_allocated as usize / 8;
-        let pixels = info.rows as usize * info.cols as usize;
-        let spp = info.samples_per_pixel as usize;
-        if info.colour32.is_none() {
-            return rle::decode_frame(&stream, spp, bytes, pixels, dst)
-                .map(|()| None)
-                .map_err(|e| format!("RLE: {e}"));
+    let layout = StreamLayout::of(info);
+    decode_own_stream(codec, &layout, &stream, dst, scratch, partial)
+}
+
+/// What a codec needs from the header besides the codestream.
+struct StreamLayout {
+    cols: u32,
+    rows: u32,
+    samples_per_pixel: u16,
+    bits_allocated: u16,
+    stored_photometric: info::Photometric,
+    /// RLE: bits per sample in the codestream (32 for colour narrowed to 16 in the slot).
+    file_bits_allocated: u16,
+    colour32: Option<info::Colour32>,
+}
+
+impl StreamLayout {
+    fn of(info: &ImageInfo) -> StreamLayout {
+        StreamLayout {
+            cols: info.cols,
+            rows: info.rows,
+            samples_per_pixel: info.samples_per_pixel,
+            bits_allocated: info.bits_allocated,
+            stored_photometric: info.stored_photometric,
+            file_bits_allocated: info.file_bits_allocated,
+            colour32: info.colour32,
         }
-        // 32-bit colour: decoded whole, then narrowed into the slot's 16-bit samples.
-        scratch.clear();
-        scratch.resize(pixels * spp * bytes, 0);
-        rle::decode_frame(&stream, spp, bytes, pixels, scratch).map_err(|e| format!("RLE: {e}"))?;
-        native::le_to_native(scratch, 32);
-        let le: Vec<u8> = scratch
-            .chunks_exact(4)
-            .flat_map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]).to_le_bytes())
-            .collect();
-        native::unpack(&le, 0, info, dst);
-        native::le_to_native(dst, 16);
-        return Ok(None);
+    }
+}
+
+/// Decodes one RLE frame into the slot (32-bit colour narrowed to 16 bits on the way).
+fn decode_rle(
+    info: &StreamLayout,
+    stream: &[u8],
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    let bytes = info.file_bits_allocated as usize / 8;
+    let pixels = info.rows as usize * info.cols as usize;
+    let spp = info.samples_per_pixel as usize;
+    let Some(colour32) = info.colour32 else {
+        return rle::decode_frame(stream, spp, bytes, pixels, dst).map_err(|e| format!("RLE: {e}"));
+    };
+    // 32-bit colour: decoded whole, then narrowed into the slot's 16-bit samples.
+    scratch.clear();
+    scratch.resize(pixels * spp * bytes, 0);
+    rle::decode_frame(stream, spp, bytes, pixels, scratch).map_err(|e| format!("RLE: {e}"))?;
+    for (d, s) in dst.chunks_exact_mut(2).zip(scratch.chunks_exact(4)) {
+        let v = colour32.narrow(u32::from_ne_bytes([s[0], s[1], s[2], s[3]]));
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+    Ok(())
+}
+
+/// Decodes one frame's codestream with one of dicomflow's own codecs. `partial`: see
+/// [`decode_own`].
+fn decode_own_stream(
+    codec: OwnCodec,
+    info: &StreamLayout,
+    stream: &[u8],
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+    partial: bool,
+) -> Result<Option<String>, String> {
+    if codec == OwnCodec::Rle {
+        return decode_rle(info, stream, dst, scratch).map(|()| None);
     }
     // The frame header's dimensions must agree with the DICOM header (already checked against
     // the frame-size limit) before a decoder allocates anything.
-    match sof_dimensions(&stream) {
+    match sof_dimensions(stream) {
         Some((w, h, c)) if (w, h, c) == (info.cols, info.rows, info.samples_per_pixel as u32) => {}
         Some((w, h, c)) => {
             return Err(format!(
@@ -443,6 +536,7 @@ fn decode_own(
     }
     let mut warning = None;
     let (width, height, components, bytes_per_sample) = match codec {
+        OwnCodec::Rle => return Err("internal: RLE handled above".into()),
         OwnCodec::Jpeg => {
             // DCMTK converts YCbCr to RGB exactly when the header says YBR (its +cp default).
             use info::Photometric as P;
@@ -450,7 +544,7 @@ fn decode_own(
                 info.stored_photometric,
                 P::YbrFull | P::YbrFull422 | P::YbrPartial422
             );
-            let img = jpeg::decode_with(&stream, convert, scratch, partial)
+            let img = jpeg::decode_with(stream, convert, scratch, partial)
                 .map_err(|e| format!("JPEG: {}", e.message))?;
             warning = img.complete_rows.map(|rows| {
                 if rows == img.height {
@@ -470,9 +564,8 @@ fn decode_own(
                 if img.precision <= 8 { 1 } else { 2 },
             )
         }
-        OwnCodec::Rle => return Err("internal: RLE handled above".into()),
         OwnCodec::JpegLs => {
-            let img = jpegls::decode(&stream, scratch).map_err(|e| format!("JPEG-LS: {e}"))?;
+            let img = jpegls::decode(stream, scratch).map_err(|e| format!("JPEG-LS: {e}"))?;
             (
                 img.width,
                 img.height,
@@ -494,6 +587,70 @@ fn decode_own(
         info.bits_allocated as usize / 8,
     )?;
     Ok(warning)
+}
+
+/// Decodes frame `frame` of `obj` with the dicom-rs registry's decoder for `ts_uid` into `dst`
+/// (exactly one decoded frame), through `scratch`. Decoder panics become errors.
+fn decode_with_registry(
+    ts_uid: &str,
+    obj: &dyn dicom_encoding::adapters::PixelDataObject,
+    frame: u32,
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    let ts = TransferSyntaxRegistry
+        .get(ts_uid)
+        .ok_or_else(|| format!("unknown transfer syntax {ts_uid}"))?;
+    let Codec::EncapsulatedPixelData(Some(decoder), _) = ts.codec() else {
+        return Err(format!(
+            "transfer syntax {} ({ts_uid}) cannot be decoded",
+            ts.name()
+        ));
+    };
+    scratch.clear();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decoder.decode_frame(obj, frame, scratch)
+    }));
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("{} decoder: {}", ts.name(), error_chain(&e))),
+        Err(_) => return Err(format!("{} decoder crashed on this data", ts.name())),
+    }
+    if scratch.len() < dst.len() {
+        return Err(format!(
+            "{} decoder produced {} bytes, expected {}",
+            ts.name(),
+            scratch.len(),
+            dst.len()
+        ));
+    }
+    let n = dst.len();
+    dst.copy_from_slice(&scratch[..n]);
+    Ok(())
+}
+
+/// Decodes one frame's codestream (`stream`, also reachable as frame 0 of `object`) with the
+/// decoder the CPU path uses for `coding`'s transfer syntax.
+pub(crate) fn decode_codestream(
+    object: &dyn dicom_encoding::adapters::PixelDataObject,
+    coding: &compressed::FrameCoding,
+    stream: &[u8],
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    if let Some(codec) = OwnCodec::of(&coding.transfer_syntax) {
+        let layout = StreamLayout {
+            cols: coding.cols,
+            rows: coding.rows,
+            samples_per_pixel: coding.samples_per_pixel,
+            bits_allocated: coding.bits_allocated,
+            stored_photometric: coding.stored_photometric,
+            file_bits_allocated: coding.bits_allocated,
+            colour32: None,
+        };
+        return decode_own_stream(codec, &layout, stream, dst, scratch, false).map(|_| ());
+    }
+    decode_with_registry(&coding.transfer_syntax, object, 0, dst, scratch)
 }
 
 /// Width, height and component count from a JPEG or JPEG-LS frame header, scanning marker
@@ -632,7 +789,7 @@ fn patched(
     path: &Path,
     patches: &[patch::Patch],
 ) -> Result<patch::PatchedReader<std::fs::File>, DecodeError> {
-    std::fs::File::open(path)
+    probe::open_input(path)
         .and_then(|f| patch::PatchedReader::new(f, patches.to_vec()))
         .map_err(|e| fail(format!("cannot open: {e}")))
 }

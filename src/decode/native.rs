@@ -42,7 +42,7 @@ pub fn locate_pixel_data(
     info: &ImageInfo,
     ts: &str,
 ) -> std::io::Result<Option<Located>> {
-    let file = File::open(path)?;
+    let file = super::probe::open_input(path)?;
     let size = file.metadata()?.len();
     let expected = info.native_bytes(info.frames);
     let (big_endian, explicit) = match ts {

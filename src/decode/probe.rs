@@ -63,9 +63,49 @@ pub fn probe_bytes(head: &[u8]) -> Probe {
     }
 }
 
+/// Words for a file type that is neither a regular file nor a folder.
+pub fn special_kind(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a folder"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens an input file for reading without ever blocking: `O_NONBLOCK` (opening a FIFO with
+/// no writer would otherwise wait forever, and a device may too), then a check of what was
+/// opened, so that a path swapped for a special file after the scan looked at it is refused
+/// too. Regular files ignore `O_NONBLOCK`.
+pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let ft = file.metadata()?.file_type();
+    if !ft.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}, not a regular file", special_kind(&ft)),
+        ));
+    }
+    Ok(file)
+}
+
 /// Reads the first bytes of `path` and classifies them.
 pub fn probe(path: &Path) -> std::io::Result<Probe> {
-    let mut file = std::fs::File::open(path)?;
+    let mut file = open_input(path)?;
     let mut head = [0u8; 132];
     let mut n = 0;
     while n < head.len() {

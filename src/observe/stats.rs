@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::hdr;
+
 /// The stages of a slice's life, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -18,6 +20,8 @@ pub enum StageId {
     Scan,
     ReadDecode,
     TransferIn,
+    /// GPU decode of compressed frames (codec libraries), timed by CUDA events.
+    GpuDecode,
     Compute,
     TransferOut,
     Encode,
@@ -26,10 +30,11 @@ pub enum StageId {
 
 impl StageId {
     /// All stages in pipeline order.
-    pub const ALL: [StageId; 7] = [
+    pub const ALL: [StageId; 8] = [
         StageId::Scan,
         StageId::ReadDecode,
         StageId::TransferIn,
+        StageId::GpuDecode,
         StageId::Compute,
         StageId::TransferOut,
         StageId::Encode,
@@ -42,6 +47,7 @@ impl StageId {
             StageId::Scan => "scan",
             StageId::ReadDecode => "read+decode",
             StageId::TransferIn => "transfer in",
+            StageId::GpuDecode => "gpu decode",
             StageId::Compute => "compute",
             StageId::TransferOut => "transfer out",
             StageId::Encode => "encode",
@@ -58,9 +64,13 @@ impl StageId {
         StageId::ALL.iter().copied().find(|s| s.name() == name)
     }
 
-    /// Whether only some backends have this stage (host↔device transfers).
+    /// Whether only some backends or inputs have this stage (host↔device transfers, GPU
+    /// decode of compressed frames): shown only once it counted a slice.
     pub fn is_transfer(self) -> bool {
-        matches!(self, StageId::TransferIn | StageId::TransferOut)
+        matches!(
+            self,
+            StageId::TransferIn | StageId::GpuDecode | StageId::TransferOut
+        )
     }
 }
 
@@ -100,7 +110,9 @@ impl Pool {
             StageId::ReadDecode if layout.shared => Pool::Shared,
             StageId::ReadDecode => Pool::Loaders,
             StageId::Compute if layout.render_on_writers => finishing,
-            StageId::TransferIn | StageId::Compute | StageId::TransferOut => Pool::RenderWorkers,
+            StageId::TransferIn | StageId::GpuDecode | StageId::Compute | StageId::TransferOut => {
+                Pool::RenderWorkers
+            }
             StageId::Encode | StageId::Write => finishing,
         }
     }
@@ -126,7 +138,9 @@ pub struct ThreadLayout {
     pub shared: bool,
 }
 
-fn new_histogram() -> Histogram<u64> {
+/// An empty histogram of stage times: microseconds, the range and precision every recorder
+/// uses (and merged reports too).
+pub fn new_histogram() -> Histogram<u64> {
     // Microseconds from 1 µs to one hour, 2 significant digits: a few KiB per histogram.
     Histogram::new_with_bounds(1, 3_600_000_000, 2).unwrap_or_else(|_| {
         Histogram::new(2).unwrap_or_else(|_| unreachable!("2 significant digits is valid"))
@@ -174,6 +188,7 @@ pub type Gauge = Box<dyn Fn() -> (usize, usize) + Send + Sync>;
 /// One recent error, for the dashboard.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ErrorEntry {
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub path: PathBuf,
     pub stage: String,
     pub reason: String,
@@ -192,6 +207,15 @@ pub struct GpuFigures {
     pub pinned_alloc_ms: f64,
     /// Frames rendered per device.
     pub frames_per_device: Vec<u64>,
+    /// Where each family of compressed transfer syntaxes decodes (GPU with which library, or
+    /// CPU and why).
+    pub decode: Vec<String>,
+    /// The codec libraries in short ("nvJPEG2000 0.11.0, nvJPEG 13.0.1", or what is missing).
+    pub codecs: String,
+    /// Frames decoded on the GPU.
+    pub frames_gpu_decoded: u64,
+    /// Frames sent to a GPU codec that the CPU decoder took over (unsupported or damaged).
+    pub frames_decode_fallback: u64,
 }
 
 /// Counters of the run as a whole.
@@ -211,7 +235,7 @@ pub struct Totals {
 /// Everything the stages publish.
 pub struct Stats {
     start: Instant,
-    stages: [StageSlot; 7],
+    stages: [StageSlot; StageId::ALL.len()],
     latency: StageSlot,
     pub totals: Totals,
     gauges: Mutex<Vec<(String, Gauge)>>,
@@ -372,18 +396,29 @@ impl Stats {
 
     /// Merges everything into a consistent-enough view for display and reports.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_of(false)
+    }
+
+    /// [`snapshot`](Self::snapshot) with each stage's histogram encoded in it
+    /// ([`StageSnapshot::histogram`]), for the report: what `report merge` adds up.
+    pub fn snapshot_with_histograms(&self) -> Snapshot {
+        self.snapshot_of(true)
+    }
+
+    fn snapshot_of(&self, histograms: bool) -> Snapshot {
         let elapsed = self.elapsed();
         let stages: Vec<StageSnapshot> = StageId::ALL
             .iter()
             .map(|&id| {
                 let slot = &self.stages[id.index()];
-                StageSnapshot::from_slot(id.name().to_string(), slot, elapsed)
+                StageSnapshot::from_slot(id.name().to_string(), slot, elapsed, histograms)
             })
             .collect();
         let layout = self.layout();
         let pools = PoolSnapshot::from_stages(&stages, elapsed, layout);
         let overlap = overlap(&pools, elapsed);
-        let latency = StageSnapshot::from_slot("latency".into(), &self.latency, elapsed);
+        let latency =
+            StageSnapshot::from_slot("latency".into(), &self.latency, elapsed, histograms);
         let gauges = self.gauges();
         let (error_count, recent_errors) = self
             .errors
@@ -438,10 +473,13 @@ pub struct StageSnapshot {
     pub p99_ms: f64,
     pub max_ms: f64,
     pub mean_ms: f64,
+    /// The times themselves (µs), in the report only: what merging reports adds up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub histogram: Option<hdr::EncodedHistogram>,
 }
 
 impl StageSnapshot {
-    fn from_slot(name: String, slot: &StageSlot, elapsed: Duration) -> Self {
+    fn from_slot(name: String, slot: &StageSlot, elapsed: Duration, encode: bool) -> Self {
         let mut merged = new_histogram();
         if let Ok(recs) = slot.recorders.lock() {
             for r in recs.iter() {
@@ -453,6 +491,23 @@ impl StageSnapshot {
         let count = slot.counters.count.load(Ordering::Relaxed);
         let workers = slot.counters.workers.load(Ordering::Relaxed);
         let busy_s = slot.counters.busy_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let mut s = StageSnapshot::from_histogram(name, &merged, count, workers, busy_s, elapsed);
+        if encode {
+            s.histogram = Some(hdr::encode(&merged));
+        }
+        s
+    }
+
+    /// A stage's figures from its merged histogram (µs) and counters; `elapsed` is the time
+    /// the `workers` threads had.
+    pub fn from_histogram(
+        name: String,
+        merged: &Histogram<u64>,
+        count: u64,
+        workers: u64,
+        busy_s: f64,
+        elapsed: Duration,
+    ) -> Self {
         let secs = elapsed.as_secs_f64().max(1e-9);
         let ms = |us: u64| us as f64 / 1000.0;
         let empty = merged.is_empty();
@@ -480,6 +535,7 @@ impl StageSnapshot {
             },
             max_ms: if empty { 0.0 } else { ms(merged.max()) },
             mean_ms: if empty { 0.0 } else { merged.mean() / 1000.0 },
+            histogram: None,
         }
     }
 }

@@ -5,3 +5,4 @@ pub mod encode;
 pub mod naming;
 pub mod options;
 pub mod png;
+pub mod verify;

@@ -2,7 +2,13 @@
 //! sanitized so that no value can escape the output directory.
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
+
+/// The widest zero padding a placeholder may ask for (`{InstanceNumber:08}`): wider makes no
+/// sense in a file name (at most 255 bytes).
+pub const MAX_WIDTH: usize = 64;
 
 /// Keywords a naming pattern may use.
 pub const PATTERN_KEYS: [&str; 10] = [
@@ -18,10 +24,18 @@ pub const PATTERN_KEYS: [&str; 10] = [
     "dir",
 ];
 
-/// Checks a pattern: known keywords, balanced braces, relative, no `..`.
+/// Checks a pattern: known keywords, balanced braces, widths up to [`MAX_WIDTH`], relative,
+/// no `..`, no control characters, and no part that is empty or hidden (`.`, `.x`): every
+/// output must be a visible file inside the output directory.
 pub fn check_pattern(pattern: &str) -> Result<(), String> {
     if pattern.trim().is_empty() {
         return Err("the pattern is empty".into());
+    }
+    if let Some(c) = pattern.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "the pattern contains the control character {:?}",
+            c
+        ));
     }
     if pattern.starts_with('/') {
         return Err("the pattern must be relative to the output directory".into());
@@ -41,10 +55,18 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
             ));
         }
         if let Some(fmt) = inner.split_once(':').map(|x| x.1) {
-            if fmt.parse::<usize>().is_err() {
-                return Err(format!(
-                    "`{{{inner}}}`: the width after `:` must be a number like 04"
-                ));
+            match fmt.parse::<usize>() {
+                Ok(w) if w <= MAX_WIDTH => {}
+                Ok(_) => {
+                    return Err(format!(
+                        "`{{{inner}}}`: the width after `:` may be at most {MAX_WIDTH}"
+                    ))
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "`{{{inner}}}`: the width after `:` must be a number like 04"
+                    ))
+                }
             }
         }
         rest = &rest[close + 1..];
@@ -52,11 +74,18 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
     if rest.contains('}') {
         return Err("unbalanced `}` in the pattern".into());
     }
-    if Path::new(pattern)
-        .components()
-        .any(|c| matches!(c, Component::ParentDir))
-    {
-        return Err("the pattern must not contain `..`".into());
+    for part in pattern.split('/') {
+        if part == ".." {
+            return Err("the pattern must not contain `..`".into());
+        }
+        if part.is_empty() {
+            return Err("the pattern has an empty part (`//`, or a `/` at the end)".into());
+        }
+        if part.starts_with('.') {
+            return Err(format!(
+                "`{part}`: a part of the pattern must not start with `.` (a hidden name)"
+            ));
+        }
     }
     Ok(())
 }
@@ -128,32 +157,25 @@ pub fn expand_pattern(pattern: &str, values: &BTreeMap<String, String>) -> PathB
 /// True when the text after the last dot is a file extension worth replacing: short and with
 /// a letter in it (`.dcm`, `.DICOM`, `.ima`). UID-named files such as `1.2.840.5.320` keep
 /// their whole name, so distinct instances never collide.
-fn has_replaceable_extension(name: &str) -> bool {
-    match name.rsplit_once('.') {
-        Some((stem, ext)) => {
-            !stem.is_empty()
-                && !ext.is_empty()
-                && ext.len() <= 6
-                && ext.chars().any(|c| c.is_ascii_alphabetic())
-                && ext.chars().all(|c| c.is_ascii_alphanumeric())
-        }
-        None => false,
-    }
+fn replaceable_extension(name: &[u8]) -> Option<usize> {
+    let dot = name.iter().rposition(|&b| b == b'.')?;
+    let ext = &name[dot + 1..];
+    (dot > 0
+        && !ext.is_empty()
+        && ext.len() <= 6
+        && ext.iter().any(|b| b.is_ascii_alphabetic())
+        && ext.iter().all(|b| b.is_ascii_alphanumeric()))
+    .then_some(dot)
 }
 
 /// The output path without extension for an input: `rel` is the input's path relative to the
-/// directory it was found under (or just its file name when given directly).
+/// directory it was found under (or just its file name when given directly). Names are kept
+/// byte for byte (a Latin-1 `ok\xff.dcm` gives `ok\xff`): paths are bytes on Linux.
 pub fn mirror_base(rel: &Path) -> PathBuf {
-    let name = rel
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "unnamed".into());
-    let stem = if has_replaceable_extension(&name) {
-        name.rsplit_once('.')
-            .map(|x| x.0.to_string())
-            .unwrap_or(name)
-    } else {
-        name
+    let name = rel.file_name().unwrap_or(OsStr::new("unnamed")).as_bytes();
+    let stem = match replaceable_extension(name) {
+        Some(dot) => &name[..dot],
+        None => name,
     };
     let mut base: PathBuf = rel
         .parent()
@@ -166,22 +188,27 @@ pub fn mirror_base(rel: &Path) -> PathBuf {
                 .collect()
         })
         .unwrap_or_default();
-    base.push(stem);
+    base.push(OsStr::from_bytes(stem));
     base
 }
 
 /// The output file for frame `frame` (0-based) of a file with `frames` frames.
 pub fn frame_path(out_dir: &Path, base: &Path, frames: u32, frame: u32, ext: &str) -> PathBuf {
-    let mut name = base
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let mut name = base.file_name().unwrap_or_default().as_bytes().to_vec();
     if frames > 1 {
-        name.push_str(&format!("_f{:04}", frame + 1));
+        name.extend_from_slice(format!("_f{:04}", frame + 1).as_bytes());
     }
-    name.push('.');
-    name.push_str(ext);
-    out_dir.join(base.with_file_name(name))
+    name.push(b'.');
+    name.extend_from_slice(ext.as_bytes());
+    out_dir.join(base.with_file_name(OsString::from_vec(name)))
+}
+
+/// True when `stem` (an output path without its extension) ends like a frame's name
+/// (`_f` and at least four digits, as [`frame_path`] writes them).
+pub fn is_frame_like(stem: &Path) -> bool {
+    let name = stem.file_name().unwrap_or_default().as_bytes();
+    let digits = name.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    digits >= 4 && name[..name.len() - digits].ends_with(b"_f")
 }
 
 #[cfg(test)]
@@ -227,6 +254,39 @@ mod tests {
         assert!(check_pattern("/abs/{stem}").is_err());
         assert!(check_pattern("{stem").is_err());
         assert!(check_pattern("{InstanceNumber:x}").is_err());
+        // Found by the adversarial pass (issue 22): a width that made `format!` panic, a NUL,
+        // and `.` (which wrote a hidden `OUT/.png`).
+        assert!(check_pattern("{InstanceNumber:65536}").is_err());
+        assert!(check_pattern("{InstanceNumber:64}").is_ok());
+        assert!(check_pattern("{stem}\0x").is_err());
+        assert!(check_pattern(".").is_err());
+        assert!(check_pattern("a/.{stem}").is_err());
+        assert!(check_pattern("{stem}//x").is_err());
+        assert!(check_pattern("{stem}/").is_err());
+    }
+
+    #[test]
+    fn names_are_kept_byte_for_byte() {
+        let rel = PathBuf::from(OsString::from_vec(b"d\xe9/ok\xff.dcm".to_vec()));
+        let base = mirror_base(&rel);
+        assert_eq!(base.as_os_str().as_bytes(), b"d\xe9/ok\xff");
+        let out = frame_path(Path::new("OUT"), &base, 1, 0, "png");
+        assert_eq!(out.as_os_str().as_bytes(), b"OUT/d\xe9/ok\xff.png");
+        // Two names that differ in one non-UTF-8 byte stay two names.
+        let other = mirror_base(Path::new(OsStr::from_bytes(b"a\xfe.dcm")));
+        assert_ne!(
+            other,
+            mirror_base(Path::new(OsStr::from_bytes(b"a\xff.dcm")))
+        );
+    }
+
+    #[test]
+    fn frame_like_names_are_recognised() {
+        assert!(is_frame_like(Path::new("OUT/x_f0001")));
+        assert!(is_frame_like(Path::new("x_f12000")));
+        assert!(!is_frame_like(Path::new("x_f001")));
+        assert!(!is_frame_like(Path::new("x0001")));
+        assert!(!is_frame_like(Path::new("_f")));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+pub use crate::output::atomic::SyncMode;
 use crate::output::encode::EncodeOptions;
 
 /// Output image format.
@@ -67,7 +68,7 @@ pub enum Naming {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OutputOptions {
     /// The output folder.
-    #[serde(rename = "output_dir")]
+    #[serde(rename = "output_dir", serialize_with = "crate::paths::serialize")]
     pub dir: PathBuf,
     pub format: OutputFormat,
     pub png_compression: PngCompression,
@@ -75,8 +76,11 @@ pub struct OutputOptions {
     /// 1..=100.
     pub jpeg_quality: u8,
     pub naming: Naming,
-    /// Resume: frames whose output exists are not rendered again.
+    /// Resume: frames whose output exists (a finished image of the expected size) are not
+    /// rendered again.
     pub skip_existing: bool,
+    /// When outputs reach the disk.
+    pub sync: SyncMode,
 }
 
 impl Default for OutputOptions {
@@ -89,6 +93,7 @@ impl Default for OutputOptions {
             jpeg_quality: 90,
             naming: Naming::Mirror,
             skip_existing: false,
+            sync: SyncMode::Run,
         }
     }
 }

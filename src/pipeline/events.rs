@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::backend::BackendInfo;
 use crate::error::Stage;
 use crate::observe::stats::{ErrorEntry, Stats};
+use crate::paths::Escaped;
 use crate::pipeline::Sizing;
 use crate::render::plan::Window;
 
@@ -105,6 +106,7 @@ pub enum FileStatus {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct OutputRecord {
     pub frame: u32,
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub path: PathBuf,
     pub bytes: u64,
     /// True when the file already existed and was kept (`--skip-existing`).
@@ -126,6 +128,7 @@ pub struct FailureRecord {
 /// What happened to one input file.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct FileRecord {
+    #[serde(serialize_with = "crate::paths::serialize")]
     pub path: PathBuf,
     pub status: FileStatus,
     /// Reason for a skip.
@@ -198,8 +201,8 @@ fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error>
     s.serialize_f64(d.as_secs_f64())
 }
 
-/// Counts over all files.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+/// Counts over all files. Read back from reports too, to merge the shards of a job.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
     pub files: usize,
     pub files_ok: usize,
@@ -211,6 +214,22 @@ pub struct Totals {
     pub frames_existing: usize,
     pub frames_failed: usize,
     pub output_bytes: u64,
+}
+
+impl Totals {
+    /// Adds the counts of another run over other files (another shard of the same job).
+    pub fn add(&mut self, o: &Totals) {
+        self.files += o.files;
+        self.files_ok += o.files_ok;
+        self.files_failed += o.files_failed;
+        self.files_partial += o.files_partial;
+        self.files_skipped += o.files_skipped;
+        self.files_cancelled += o.files_cancelled;
+        self.frames_written += o.frames_written;
+        self.frames_existing += o.frames_existing;
+        self.frames_failed += o.frames_failed;
+        self.output_bytes += o.output_bytes;
+    }
 }
 
 /// The exit status of a run stopped before every input was done.
@@ -265,7 +284,7 @@ impl Collector {
             stage: stage.name().into(),
             reason: reason.into(),
         });
-        tracing::warn!(path = %path.display(), %stage, "{reason}");
+        tracing::warn!(path = %Escaped(path), %stage, "{reason}");
         if self.fail_fast {
             self.cancel.store(true, Ordering::Relaxed);
         }
@@ -283,7 +302,7 @@ impl Collector {
         match event {
             Event::Skipped { path, reason } => {
                 t.files_skipped.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(path = %path.display(), "skipped: {reason}");
+                tracing::debug!(path = %Escaped(&path), "skipped: {reason}");
                 let mut r = FileRecord::new(path);
                 r.skip_reason = Some(reason);
                 self.others.push(r);

@@ -9,24 +9,25 @@
 
 pub mod events;
 pub mod options;
+mod outputs;
 mod prepare;
 mod stages;
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::Backend;
 use crate::error::FatalError;
 use crate::observe::stats::{Stats, ThreadLayout};
 use crate::observe::trace::Tracer;
+use crate::source::Sources;
 use options::{Job, Layout, PipelineOptions};
 
 use crate::memory::SlotPool;
 pub use events::{Collector, Event, FileRecord, FileStatus, RunResult};
-pub use prepare::{first_file_slot_hint, select_backend};
+pub use prepare::{first_file_slot_hint, select_backend, select_backend_for};
 
 /// Thread counts and ring depth actually used.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -146,8 +147,13 @@ pub(crate) struct Context<'a> {
     pub stats: Arc<Stats>,
     pub cancel: Arc<AtomicBool>,
     pub pool: SlotPool,
-    pub claimed: Mutex<HashSet<PathBuf>>,
+    pub outputs: outputs::Outputs,
+    /// Writes the outputs (atomic, durable as `output.sync` says).
+    pub files: crate::output::atomic::OutputFiles,
     pub tracer: Option<Arc<Tracer>>,
+    /// Asked per file which compressed frames to leave compressed for the backend's GPU
+    /// codecs (it can change during a run: the warm start turns it on when CUDA is ready).
+    pub backend: Arc<dyn Backend>,
 }
 
 fn spawn_named<'scope, 'env>(
@@ -162,11 +168,49 @@ fn spawn_named<'scope, 'env>(
         .map_err(|e| FatalError::Other(format!("cannot start thread {name}: {e}")))
 }
 
+/// Refuses an output folder that is one of the input folders: the outputs would be mixed with
+/// the inputs, and the scan (which never enters the output folder) would find nothing. An
+/// output folder inside an input folder is fine: the scan lists it as skipped.
+fn check_output_dir(out: &std::path::Path, inputs: &[PathBuf]) -> Result<(), FatalError> {
+    let Ok(out_meta) = std::fs::metadata(out) else {
+        return Ok(()); // not there yet: no input can be it
+    };
+    let key = crate::source::key_of(&out_meta);
+    for input in inputs {
+        match std::fs::metadata(input) {
+            Ok(m) if m.is_dir() && crate::source::key_of(&m) == key => {
+                return Err(FatalError::Config(format!(
+                    "the output folder {} is the input folder {}: the outputs would be mixed \
+                     with the inputs; choose another output folder (-o)",
+                    crate::paths::Escaped(out),
+                    crate::paths::Escaped(input)
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Processes `inputs` with `backend` and returns what happened to every file.
 /// `cancel` stops loading new frames (in-flight frames are finished, nothing partial is left).
 pub fn run(
     job: &Job,
     inputs: &[PathBuf],
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
+    let sources = Sources::walk(inputs);
+    run_sources(job, &sources, backend, stats, cancel, tracer)
+}
+
+/// [`run`] over `sources`: every file under some inputs, one shard of them, or one shard of a
+/// manifest.
+pub fn run_sources(
+    job: &Job,
+    sources: &Sources,
     backend: Arc<dyn Backend>,
     stats: Arc<Stats>,
     cancel: Arc<AtomicBool>,
@@ -180,6 +224,7 @@ pub fn run(
             job.pipeline.loaders
         );
     }
+    check_output_dir(&job.output.dir, &sources.roots())?;
     std::fs::create_dir_all(&job.output.dir).map_err(|source| FatalError::OutputDir {
         path: job.output.dir.clone(),
         source,
@@ -271,17 +316,30 @@ pub fn run(
         stats: stats.clone(),
         cancel: cancel.clone(),
         pool: pool.clone(),
-        claimed: Mutex::new(HashSet::new()),
+        outputs: outputs::Outputs::default(),
+        files: crate::output::atomic::OutputFiles::new(job.output.sync),
         tracer,
+        backend: backend.clone(),
     };
 
     let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone());
     std::thread::scope(|s| -> Result<(), FatalError> {
         let event_tx = event_tx;
         let ctx = &ctx;
+        // Temporaries of the named-file fallback that a killed run left behind.
+        spawn_named(
+            s,
+            "cleanup".into(),
+            Box::new(|| {
+                let n = crate::output::atomic::remove_leftovers(&job.output.dir);
+                if n > 0 {
+                    tracing::info!("removed {n} temporary file(s) left by an earlier run");
+                }
+            }),
+        )?;
         spawn_named(s, "scan".into(), {
             let ev = event_tx.clone();
-            Box::new(move || stages::scan_stage(ctx, inputs, scan_tx, ev))
+            Box::new(move || stages::scan_stage(ctx, sources, scan_tx, ev))
         })?;
         for i in 0..sizing.loaders {
             let (rx, tx, ev) = (scan_rx.clone(), load_tx.clone(), event_tx.clone());
@@ -338,6 +396,13 @@ pub fn run(
     })?;
     // The last frame is done: the statistics' clock stops here.
     stats.set_finished();
+    // What the run wrote, on the disk before anyone is told it is done.
+    if let Err(e) = ctx.files.finish(&job.output.dir) {
+        tracing::warn!(
+            "syncing the outputs in {} to the disk: {e}",
+            crate::paths::Escaped(&job.output.dir)
+        );
+    }
     // Final GPU figures, and the backend's description after the run (e.g. the strategy
     // that `transfer = auto` measured and chose).
     backend.finish();

@@ -44,7 +44,7 @@ impl Default for PipelineOptions {
             workers: 0,
             writers: 0,
             slots: 0,
-            max_frame_bytes: 1024 << 20,
+            max_frame_bytes: crate::decode::DEFAULT_MAX_FRAME_BYTES,
             fail_fast: false,
         }
     }

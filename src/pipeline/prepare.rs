@@ -9,10 +9,12 @@ use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::options::{BackendChoice, BackendOptions};
+use crate::backend::options::{BackendChoice, BackendOptions, GpuDecode};
 use crate::backend::Backend;
+use crate::decode::compressed::GpuCodec;
 use crate::error::FatalError;
 use crate::memory::{round_up, SlotHint};
+use crate::source::Sources;
 
 use super::options::{Job, PipelineOptions};
 use super::Sizing;
@@ -25,7 +27,20 @@ pub fn select_backend(
     job: &Job,
     inputs: &[PathBuf],
 ) -> Result<Arc<dyn Backend>, FatalError> {
+    select_backend_for(options, job, &Sources::walk(inputs))
+}
+
+/// [`select_backend`] for a run over `sources` (a shard reads only its own part of the inputs,
+/// and `auto` weighs only that).
+pub fn select_backend_for(
+    options: &BackendOptions,
+    job: &Job,
+    sources: &Sources,
+) -> Result<Arc<dyn Backend>, FatalError> {
+    let inputs = &sources.roots()[..];
     let png_filter = crate::output::encode::png_filter_mode(&job.output.encode());
+    let tuned = with_decode_streams(options, job, inputs);
+    let options = tuned.as_ref().unwrap_or(options);
     match options.choice {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
         BackendChoice::Cuda => {
@@ -42,7 +57,7 @@ pub fn select_backend(
             })
         }
         BackendChoice::Auto => match crate::backend::cuda::driver::libraries() {
-            Ok(()) => match too_small_for_the_gpu(options, &job.output.dir, inputs) {
+            Ok(()) => match too_small_for_the_gpu(options, &job.output.dir, sources) {
                 Some(why) => {
                     tracing::info!("{why}; using the CPU backend");
                     Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
@@ -66,16 +81,16 @@ pub fn select_backend(
 fn too_small_for_the_gpu(
     options: &BackendOptions,
     output_dir: &Path,
-    inputs: &[PathBuf],
+    sources: &Sources,
 ) -> Option<String> {
     let threshold = options
         .gpu
         .auto_min_input_bytes
         .unwrap_or(crate::host::available_cores() as u64 * (256 << 20));
-    if inputs.is_empty() || threshold == 0 {
+    if sources.roots().is_empty() || threshold == 0 {
         return None;
     }
-    let total = crate::source::input_bytes(inputs, Some(output_dir), threshold);
+    let total = sources.input_bytes(Some(output_dir), threshold);
     (total < threshold).then(|| {
         format!(
             "{} MiB of input is below gpu.auto_min_input_mib ({} MiB): opening the GPU would \
@@ -90,6 +105,17 @@ fn too_small_for_the_gpu(
 /// beside `workers` render workers; `None` when there is none or it cannot be read (the
 /// pipeline then reports it as usual).
 pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Option<SlotHint> {
+    let info = first_file_info(job, inputs)?;
+    Some(SlotHint {
+        count: slots_beside(&job.pipeline, workers),
+        input: round_up(info.frame_bytes() as usize),
+        output: round_up(info.output_capacity() as usize),
+    })
+}
+
+/// The header of the first DICOM file found under `inputs`; `None` when there is none or it
+/// cannot be read (the loaders will open it again and report it).
+fn first_file_info(job: &Job, inputs: &[PathBuf]) -> Option<crate::decode::ImageInfo> {
     let mut first = None;
     let never = AtomicBool::new(false);
     crate::source::scan(inputs, Some(&job.output.dir), &never, |item| {
@@ -112,11 +138,38 @@ pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Op
             .map(|f| f.info.clone())
     })
     .ok()??;
-    Some(SlotHint {
-        count: slots_beside(&job.pipeline, workers),
-        input: round_up(info.frame_bytes() as usize),
-        output: round_up(info.output_capacity() as usize),
-    })
+    Some(info)
+}
+
+/// `options` with `gpu.decode_streams` streams per GPU when the job's first file is JPEG 2000
+/// that the GPU will decode (nvJPEG2000 found, `gpu.decode` not "none"): one decode takes
+/// milliseconds on a few multiprocessors, so throughput comes from many at once, where the two
+/// streams that suit uncompressed slices would leave the GPU idle.
+fn with_decode_streams(
+    options: &BackendOptions,
+    job: &Job,
+    inputs: &[PathBuf],
+) -> Option<BackendOptions> {
+    let gpu = &options.gpu;
+    if options.choice == BackendChoice::Cpu
+        || gpu.decode == GpuDecode::None
+        || gpu.decode_streams <= gpu.streams
+        || inputs.is_empty()
+    {
+        return None;
+    }
+    let info = first_file_info(job, inputs)?;
+    if GpuCodec::of(&info.transfer_syntax) != Some(GpuCodec::Jpeg2000) {
+        return None;
+    }
+    crate::backend::cuda::libs::open(&["libnvjpeg2k.so.0"], gpu.library_path.as_deref()).ok()?;
+    tracing::info!(
+        "first input file is JPEG 2000: {} CUDA streams per GPU (gpu.decode_streams)",
+        gpu.decode_streams
+    );
+    let mut tuned = options.clone();
+    tuned.gpu.streams = gpu.decode_streams;
+    Some(tuned)
 }
 
 fn slots_beside(opts: &PipelineOptions, workers: usize) -> usize {
@@ -132,7 +185,7 @@ mod tests {
     fn auto_keeps_small_jobs_on_the_cpu() {
         let dir = crate::scratch_dir("auto-size");
         std::fs::write(dir.join("slice.dcm"), vec![0u8; 4096]).unwrap();
-        let inputs = [dir.clone()];
+        let inputs = Sources::walk(std::slice::from_ref(&dir));
         let out = dir.join("out");
         let with = |bytes: Option<u64>| BackendOptions {
             gpu: GpuOptions {
@@ -148,7 +201,7 @@ mod tests {
         assert!(too_small_for_the_gpu(&with(Some(4097)), &out, &inputs).is_some());
         // 0 = always the GPU; unknown inputs (library callers) = no opinion.
         assert!(too_small_for_the_gpu(&with(Some(0)), &out, &inputs).is_none());
-        assert!(too_small_for_the_gpu(&with(None), &out, &[]).is_none());
+        assert!(too_small_for_the_gpu(&with(None), &out, &Sources::walk(&[])).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

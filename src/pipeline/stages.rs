@@ -4,24 +4,27 @@
 //! file's failure; the thread goes on.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::RenderWorker;
+use crate::decode::compressed::{self, EncodedFrame, FrameCoding};
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
 use crate::error::Stage;
 use crate::memory::{Slot, TakeOr};
 use crate::observe::stats::StageId;
 use crate::output::encode::ImageEncoder;
+use crate::output::naming;
 use crate::output::options::Naming;
-use crate::output::{atomic, naming};
+use crate::output::verify::check_existing;
+use crate::paths::Escaped;
 use crate::pipeline::events::{Event, FileMeta};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
-use crate::source::{self, Candidate, ScanItem};
+use crate::source::{Candidate, ScanItem, Sources};
 
 /// One frame in flight: its slot, its plan, and where it goes.
 pub(crate) struct InFlight {
@@ -54,24 +57,40 @@ fn send_failure(ctx: &Context, events: &Sender<Event>, event: Event) -> bool {
     events.send(event).is_ok()
 }
 
+/// Lists the inputs, then probes them in order, assigns each DICOM file its output name (see
+/// [`super::outputs`]) and hands it to the loaders; everything else goes to the collector.
 pub(crate) fn scan_stage(
     ctx: &Context,
-    inputs: &[PathBuf],
+    sources: &Sources,
     tx: Sender<ScanItem>,
     events: Sender<Event>,
 ) {
     let rec = ctx.stats.recorder(StageId::Scan);
     let mut last = Instant::now();
-    let exclude = Some(ctx.job.output.dir.as_path());
-    source::scan(inputs, exclude, &ctx.cancel, |item| {
+    let out_dir = ctx.job.output.dir.as_path();
+    let mut listing = sources.list(Some(out_dir), &ctx.cancel);
+    ctx.outputs.set_inputs(listing.take_input_files());
+    if ctx.job.output.naming == Naming::Mirror {
+        let frame_like = listing
+            .files()
+            .filter_map(|(path, rel)| {
+                let base = out_dir.join(naming::mirror_base(rel));
+                naming::is_frame_like(&base).then(|| (base, path.to_path_buf()))
+            })
+            .collect();
+        ctx.outputs.set_frame_like(frame_like);
+    }
+    listing.scan(&ctx.cancel, |item| {
         let now = Instant::now();
         rec.record(now - last);
         if let Some(t) = &ctx.tracer {
             let path = match &item {
                 ScanItem::Dicom(c) => &c.path,
-                ScanItem::Skipped { path, .. } | ScanItem::Error { path, .. } => path,
+                ScanItem::Skipped { path, .. }
+                | ScanItem::Error { path, .. }
+                | ScanItem::NotStarted { path } => path,
             };
-            t.span(StageId::Scan, &path.display().to_string(), last, now);
+            t.span(StageId::Scan, &Escaped(path).to_string(), last, now);
         }
         ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
         let ok = match item {
@@ -88,11 +107,77 @@ pub(crate) fn scan_stage(
                     reason,
                 },
             ),
-            item @ ScanItem::Dicom(_) => tx.send(item).is_ok(),
+            ScanItem::NotStarted { path } => events.send(Event::FileNotStarted { path }).is_ok(),
+            // Probed as the cancel came: not started either.
+            ScanItem::Dicom(c) if ctx.cancel.load(Ordering::Relaxed) => {
+                events.send(Event::FileNotStarted { path: c.path }).is_ok()
+            }
+            ScanItem::Dicom(c) => match assign_output(ctx, c, &events) {
+                Some(c) => tx.send(ScanItem::Dicom(c)).is_ok(),
+                // Reported: the file failed, or is no image.
+                None => true,
+            },
         };
         last = Instant::now();
         ok
     });
+}
+
+/// Gives candidate `c` its output name, in scan order (the first input to want a name keeps
+/// it). When it cannot have one, the reason goes to the collector and `None` comes back.
+fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Option<Candidate> {
+    let base = match &ctx.job.output.naming {
+        Naming::Mirror => Ok(naming::mirror_base(&c.rel)),
+        Naming::Pattern(p) => {
+            // Names come from the header: read it now (the loader reads it again), so that
+            // the order of the scan, not the loaders' timing, decides who keeps a name.
+            let limits = DecodeLimits {
+                max_frame_bytes: ctx.job.pipeline.max_frame_bytes,
+                damaged: ctx.job.decode.damaged,
+            };
+            let values = catch_unwind(AssertUnwindSafe(|| {
+                crate::decode::naming_values(&c.path, c.kind.clone(), limits)
+            }))
+            .unwrap_or_else(|_| Err(DecodeError::Fail(panic_reason("reading the header"))));
+            values.map(|v| naming::expand_pattern(p, &with_path_values(&c, v)))
+        }
+    };
+    let event = match base {
+        Ok(base) => {
+            let full = ctx.job.output.dir.join(&base);
+            match ctx.outputs.reserve(&full, c.id, &c.path) {
+                Ok(()) => {
+                    c.base = Some(base);
+                    return Some(c);
+                }
+                Err(reason) => Event::FileFailed {
+                    id: Some(c.id),
+                    path: c.path.clone(),
+                    stage: Stage::Write,
+                    reason,
+                },
+            }
+        }
+        Err(DecodeError::Skip(reason)) => Event::Skipped {
+            path: c.path.clone(),
+            reason,
+        },
+        Err(DecodeError::Fail(reason)) => Event::FileFailed {
+            id: Some(c.id),
+            path: c.path.clone(),
+            stage: Stage::Decode,
+            reason,
+        },
+    };
+    match event {
+        e @ Event::Skipped { .. } => {
+            let _ = events.send(e);
+        }
+        e => {
+            let _ = send_failure(ctx, events, e);
+        }
+    }
+    None
 }
 
 pub(crate) fn load_stage(
@@ -287,20 +372,26 @@ pub(crate) fn shared_stage(
     }
 }
 
-/// Output path of every frame.
+/// Output path of every frame: the name the scan assigned (see [`assign_output`]).
 fn output_paths(ctx: &Context, c: &Candidate, info: &ImageInfo) -> Vec<PathBuf> {
     let ext = ctx.job.output.format.extension();
-    let base = match &ctx.job.output.naming {
-        Naming::Mirror => naming::mirror_base(&c.rel),
-        Naming::Pattern(p) => naming::expand_pattern(p, &naming_values(c, info)),
+    let base = match (&c.base, &ctx.job.output.naming) {
+        (Some(base), _) => base.clone(),
+        (None, Naming::Mirror) => naming::mirror_base(&c.rel),
+        (None, Naming::Pattern(p)) => {
+            naming::expand_pattern(p, &with_path_values(c, info.naming.clone()))
+        }
     };
     (0..info.frames)
         .map(|f| naming::frame_path(&ctx.job.output.dir, &base, info.frames, f, ext))
         .collect()
 }
 
-fn naming_values(c: &Candidate, info: &ImageInfo) -> std::collections::BTreeMap<String, String> {
-    let mut v = info.naming.clone();
+/// Header values for a naming pattern, with those that come from the path (`stem`, `dir`).
+fn with_path_values(
+    c: &Candidate,
+    mut v: std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
     let stem = naming::mirror_base(&c.rel);
     v.insert(
         "stem".into(),
@@ -377,6 +468,11 @@ fn load_file(
         tracing::warn!(path = %c.path.display(), "{w}");
     }
     let frame_bytes = info.frame_bytes() as usize;
+    // Compressed frames a GPU codec of the backend will decode stay compressed in the slot.
+    let route = ctx.backend.gpu_route();
+    let coding = FrameCoding::of(&info)
+        .filter(|c| route.codec(c.codec))
+        .map(std::sync::Arc::new);
     for (f, output) in outputs.into_iter().enumerate() {
         let frame = f as u32;
         // The frame's busy time starts here (at the file's open for the first frame: its
@@ -398,39 +494,54 @@ fn load_file(
                 },
             );
         };
-        if let Some(other) = claim(ctx, &output) {
-            fail(
-                Stage::Write,
-                format!(
-                    "output {} is also the output of {}",
-                    output.display(),
-                    other.display()
-                ),
-            );
+        if let Err(reason) = ctx.outputs.claim(&output, info.frames, c.id, &c.path) {
+            fail(Stage::Write, reason);
             continue;
         }
-        if ctx.job.output.skip_existing && output.exists() {
-            let _ = events.send(Event::FrameExisting {
-                id: c.id,
-                frame,
-                output,
-            });
-            continue;
+        if ctx.job.output.skip_existing {
+            let channels = if info.photometric.is_gray() { 1 } else { 3 };
+            match check_existing(
+                &output,
+                ctx.job.output.format,
+                info.cols,
+                info.rows,
+                channels,
+            ) {
+                Ok(()) => {
+                    let _ = events.send(Event::FrameExisting {
+                        id: c.id,
+                        frame,
+                        output,
+                    });
+                    continue;
+                }
+                Err(why) if output.symlink_metadata().is_ok() => {
+                    tracing::info!(
+                        "{}: rendered again: the existing output is not a finished image ({why})",
+                        Escaped(&output)
+                    );
+                }
+                Err(_) => {} // not there: rendered
+            }
         }
-        let plan = match plan_frame(&info, frame, &ctx.job.render) {
+        let mut plan = match plan_frame(&info, frame, &ctx.job.render) {
             Ok(p) => p,
             Err(reason) => {
                 fail(Stage::Render, reason);
                 continue;
             }
         };
+        let encoded = coding
+            .as_ref()
+            .and_then(|c| encoded_frame(&file, c, frame, route, scratch));
+        let input_bytes = frame_bytes.max(encoded.as_ref().map_or(0, |e| e.len));
         let t_wait = Instant::now();
         let Some(mut slot) = wait.take(ctx) else {
             fail(Stage::Decode, "slot ring closed".into());
             return;
         };
         let waited = t_wait.elapsed();
-        if let Err(e) = slot.reserve(frame_bytes, plan.output_capacity()) {
+        if let Err(e) = slot.reserve(input_bytes, plan.output_capacity()) {
             ctx.pool.give_back(slot);
             fail(
                 Stage::Decode,
@@ -440,7 +551,15 @@ fn load_file(
         }
         let t_read = Instant::now();
         let started = if f == 0 { t0 } else { t_read };
-        if let Err(reason) = file.read_frame(frame, slot.input.bytes_mut(frame_bytes), scratch) {
+        if let Some(e) = encoded {
+            // The codestream is in `scratch` (encoded_frame above); the GPU decodes it.
+            slot.input
+                .bytes_mut(e.len)
+                .copy_from_slice(&scratch[..e.len]);
+            plan.encoded = Some(e);
+        } else if let Err(reason) =
+            file.read_frame(frame, slot.input.bytes_mut(frame_bytes), scratch)
+        {
             ctx.pool.give_back(slot);
             fail(Stage::Decode, reason);
             continue;
@@ -468,12 +587,12 @@ fn load_file(
                 if f == 0 {
                     t.span(
                         StageId::ReadDecode,
-                        &format!("{} header", c.rel.display()),
+                        &format!("{} header", Escaped(&c.rel)),
                         t0,
                         t_wait,
                     );
                 }
-                let label = format!("{}#{}", c.rel.display(), frame + 1);
+                let label = format!("{}#{}", Escaped(&c.rel), frame + 1);
                 t.span(StageId::ReadDecode, &label, t_wait + waited, end);
                 label
             }
@@ -498,20 +617,40 @@ fn load_file(
     }
 }
 
-/// Claims an output path for this run; returns the input that already claimed it.
-fn claim(ctx: &Context, output: &Path) -> Option<PathBuf> {
-    let mut claimed = ctx.claimed.lock().ok()?;
-    if claimed.contains(output) {
-        Some(output.to_path_buf())
-    } else {
-        claimed.insert(output.to_path_buf());
-        None
+/// Reads frame `frame`'s codestream into `scratch` and returns its description when `route`
+/// sends it to a GPU codec; `None` (the loader decodes it) for a frame whose header the codec
+/// cannot take, a lossy one under `gpu.decode = "lossless"`, or one that cannot be read here
+/// (the CPU decode then reports why).
+fn encoded_frame(
+    file: &ImageFile,
+    coding: &std::sync::Arc<FrameCoding>,
+    frame: u32,
+    route: compressed::GpuRoute,
+    scratch: &mut Vec<u8>,
+) -> Option<EncodedFrame> {
+    file.read_encoded_frame(frame, scratch).ok()?;
+    let facts = compressed::inspect(coding, scratch);
+    match route.accepts(coding.codec, &facts) {
+        Ok(()) => Some(EncodedFrame {
+            coding: coding.clone(),
+            len: scratch.len(),
+            lossless: facts.lossless,
+        }),
+        Err(why) => {
+            tracing::debug!(
+                "{} frame {}: decoded on the CPU: {why}",
+                crate::paths::Escaped(&file.path),
+                frame + 1
+            );
+            None
+        }
     }
 }
 
 /// The recorders of the render stages, one set per rendering thread.
 struct RenderRecorders {
     transfer_in: crate::observe::stats::Recorder,
+    decode: crate::observe::stats::Recorder,
     compute: crate::observe::stats::Recorder,
     transfer_out: crate::observe::stats::Recorder,
 }
@@ -520,6 +659,7 @@ impl RenderRecorders {
     fn new(ctx: &Context) -> Self {
         RenderRecorders {
             transfer_in: ctx.stats.recorder(StageId::TransferIn),
+            decode: ctx.stats.recorder(StageId::GpuDecode),
             compute: ctx.stats.recorder(StageId::Compute),
             transfer_out: ctx.stats.recorder(StageId::TransferOut),
         }
@@ -543,6 +683,9 @@ fn render_job(
             if !t.transfer_in.is_zero() {
                 rec.transfer_in.record(t.transfer_in);
             }
+            if !t.decode.is_zero() {
+                rec.decode.record(t.decode);
+            }
             rec.compute.record(t.compute);
             if !t.transfer_out.is_zero() {
                 rec.transfer_out.record(t.transfer_out);
@@ -552,11 +695,15 @@ fn render_job(
                 // wall-clock interval (the CPU backend has compute only).
                 let end = Instant::now();
                 let t_in = (start + t.transfer_in).min(end);
-                let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_in).max(t_in);
+                let t_dec = (t_in + t.decode).min(end);
+                let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_dec).max(t_dec);
                 if !t.transfer_in.is_zero() {
                     tr.span(StageId::TransferIn, &job.label, start, t_in);
                 }
-                tr.span(StageId::Compute, &job.label, t_in, t_out);
+                if !t.decode.is_zero() {
+                    tr.span(StageId::GpuDecode, &job.label, t_in, t_dec);
+                }
+                tr.span(StageId::Compute, &job.label, t_dec, t_out);
                 if !t.transfer_out.is_zero() {
                     tr.span(StageId::TransferOut, &job.label, t_out, end);
                 }
@@ -703,8 +850,8 @@ impl Writer {
         let t1 = Instant::now();
         self.rec_encode.record(t1 - t0);
         let bytes = self.encoder.last();
-        if let Err(e) = atomic::write_atomic(&output, bytes) {
-            fail(Stage::Write, format!("{}: {e}", output.display()));
+        if let Err(e) = ctx.files.write(&output, bytes) {
+            fail(Stage::Write, format!("{}: {e}", Escaped(&output)));
             return;
         }
         let t2 = Instant::now();

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::decode::compressed::EncodedFrame;
 use crate::decode::info::{ImageInfo, Photometric};
 use crate::decode::lut::Lut;
 use crate::render::spec::{VoiFunction, WindowSpec};
@@ -134,6 +135,10 @@ pub struct FramePlan {
     pub rows: u32,
     pub cols: u32,
     pub chain: Chain,
+    /// `Some` when the slot's input holds the frame's compressed codestream instead of its
+    /// stored values: the backend decodes it first (a GPU codec, or the CPU decoder of its
+    /// transfer syntax), then applies `chain` to the decoded values.
+    pub encoded: Option<EncodedFrame>,
 }
 
 impl FramePlan {
@@ -234,6 +239,7 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
         rows: info.rows,
         cols: info.cols,
         chain,
+        encoded: None,
     })
 }
 

@@ -2,13 +2,22 @@
 //! files by their first bytes, and keep each file's path relative to the folder it was found
 //! under (for mirrored output names).
 
+pub mod manifest;
+pub mod select;
 pub mod series;
+pub mod shard;
 pub mod synth;
+mod walk;
 
+pub use select::Sources;
+
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::decode::probe::{probe, Probe};
+use walk::Found;
+pub use walk::{key_of, FileKey};
 
 /// One file found by the scan.
 #[derive(Debug, Clone)]
@@ -21,6 +30,11 @@ pub struct Candidate {
     pub rel: PathBuf,
     /// What its first bytes say.
     pub kind: Probe,
+    /// Device and inode.
+    pub key: FileKey,
+    /// The output path without extension, once the pipeline has assigned one (the scan
+    /// leaves it `None`).
+    pub base: Option<PathBuf>,
 }
 
 /// What the scan emits.
@@ -28,16 +42,92 @@ pub struct Candidate {
 pub enum ScanItem {
     /// A file that looks like DICOM (or a bare data set).
     Dicom(Candidate),
-    /// A file that is not DICOM: listed, not counted as a failure.
+    /// A file that is not DICOM, or not rendered for another reason (a FIFO, a dangling link,
+    /// the output folder, a file reached twice): listed, not counted as a failure.
     Skipped { path: PathBuf, reason: String },
     /// A path that could not be read at all (missing input, permission, ...), or a damaged
     /// DICOM image whose start is unreadable: a failure.
     Error { path: PathBuf, reason: String },
+    /// A file listed but not opened because the run was cancelled first.
+    NotStarted { path: PathBuf },
 }
 
-/// Walks `inputs`, handing what it finds to `emit` (which returns false to stop) until done
-/// or `cancel` is set. Paths under `exclude` (the output directory) are not visited. Returns
-/// the number of files seen.
+/// Every entry under the inputs, listed (in scan order) before any file is opened: the
+/// identities of all input files are then known before the first output is written, so that
+/// no output can replace an input, wherever it lies.
+pub struct Listing {
+    found: Vec<Found>,
+    inputs: HashSet<FileKey>,
+    /// `--shard-by series` over a walk: a DICOM file is handed on only when its series
+    /// hashes to this shard, which takes its header (see [`select`]).
+    series_shard: Option<shard::Shard>,
+}
+
+/// Lists `inputs` (see [`Listing`]); paths under `exclude` (the output folder) are listed as
+/// skipped, not entered. Stops early when `cancel` is set.
+pub fn list(inputs: &[PathBuf], exclude: Option<&Path>, cancel: &AtomicBool) -> Listing {
+    let mut found = Vec::new();
+    let mut keys = HashSet::new();
+    walk::walk(inputs, exclude, cancel, |f| {
+        if let Found::File { key, .. } = &f {
+            keys.insert(*key);
+        }
+        found.push(f);
+        true
+    });
+    Listing {
+        found,
+        inputs: keys,
+        series_shard: None,
+    }
+}
+
+impl Listing {
+    /// Device and inode of every input file (taken: the listing keeps none after).
+    pub fn take_input_files(&mut self) -> HashSet<FileKey> {
+        std::mem::take(&mut self.inputs)
+    }
+
+    /// Every file listed: its path, and its path relative to the input it was found under.
+    pub fn files(&self) -> impl Iterator<Item = (&Path, &Path)> {
+        self.found.iter().filter_map(|f| match f {
+            Found::File { path, rel, .. } => Some((path.as_path(), rel.as_path())),
+            _ => None,
+        })
+    }
+
+    /// Probes the listed files in order, handing each result to `emit` (which returns false
+    /// to stop). Once `cancel` is set the files left are handed on as
+    /// [`ScanItem::NotStarted`], unopened: every listed entry is accounted for. Returns the
+    /// number of entries handed on.
+    pub fn scan(self, cancel: &AtomicBool, mut emit: impl FnMut(ScanItem) -> bool) -> usize {
+        let mut next_id = 0usize;
+        let mut n = 0;
+        for f in self.found {
+            let item = match f {
+                Found::File { path, .. } if cancel.load(Ordering::Relaxed) => {
+                    ScanItem::NotStarted { path }
+                }
+                f => match self.series_shard {
+                    Some(s) => match select::in_series_shard(s, classify(&mut next_id, f)) {
+                        Some(item) => item,
+                        None => continue,
+                    },
+                    None => classify(&mut next_id, f),
+                },
+            };
+            n += 1;
+            if !emit(item) {
+                break;
+            }
+        }
+        n
+    }
+}
+
+/// Walks and probes `inputs` as it goes (no listing first), handing what it finds to `emit`
+/// (which returns false to stop) until done or `cancel` is set. Paths under `exclude` (the
+/// output directory) are not entered. Returns the number of entries seen.
 pub fn scan(
     inputs: &[PathBuf],
     exclude: Option<&Path>,
@@ -45,9 +135,8 @@ pub fn scan(
     mut emit: impl FnMut(ScanItem) -> bool,
 ) -> usize {
     let mut next_id = 0usize;
-    walk(inputs, exclude, cancel, |found| match found {
-        Found::File { path, rel } => emit(classify(&mut next_id, path, rel)),
-        Found::Error { path, reason } => emit(ScanItem::Error { path, reason }),
+    walk::walk(inputs, exclude, cancel, |found| {
+        emit(classify(&mut next_id, found))
     })
 }
 
@@ -56,115 +145,22 @@ pub fn scan(
 pub fn input_bytes(inputs: &[PathBuf], exclude: Option<&Path>, limit: u64) -> u64 {
     let mut total = 0u64;
     let never = AtomicBool::new(false);
-    walk(inputs, exclude, &never, |found| {
-        if let Found::File { path, .. } = found {
-            total += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    walk::walk(inputs, exclude, &never, |found| {
+        if let Found::File { len, .. } = found {
+            total += len;
         }
         total < limit
     });
     total
 }
 
-/// What the walk finds: a file (with its path relative to the input it was found under), or a
-/// path that could not be read.
-enum Found {
-    File { path: PathBuf, rel: PathBuf },
-    Error { path: PathBuf, reason: String },
-}
-
-/// The walk behind [`scan`] and [`input_bytes`]: folders recursively in name order, real
-/// directories only (no symlink loops), `visit` returning false to stop.
-fn walk(
-    inputs: &[PathBuf],
-    exclude: Option<&Path>,
-    cancel: &AtomicBool,
-    mut visit: impl FnMut(Found) -> bool,
-) -> usize {
-    let exclude = exclude.and_then(|p| p.canonicalize().ok());
-    let mut seen = 0usize;
-    for input in inputs {
-        if cancel.load(Ordering::Relaxed) {
-            break;
-        }
-        let meta = match std::fs::metadata(input) {
-            Ok(m) => m,
-            Err(e) => {
-                if !visit(Found::Error {
-                    path: input.clone(),
-                    reason: format!("cannot read input: {e}"),
-                }) {
-                    return seen;
-                }
-                continue;
-            }
-        };
-        if meta.is_dir() {
-            let mut stack = vec![input.clone()];
-            while let Some(dir) = stack.pop() {
-                if cancel.load(Ordering::Relaxed) {
-                    return seen;
-                }
-                if let (Some(ex), Ok(c)) = (&exclude, dir.canonicalize()) {
-                    if &c == ex {
-                        continue;
-                    }
-                }
-                let mut entries: Vec<_> = match std::fs::read_dir(&dir) {
-                    Ok(rd) => rd.filter_map(|e| e.ok()).collect(),
-                    Err(e) => {
-                        if !visit(Found::Error {
-                            path: dir.clone(),
-                            reason: format!("cannot list folder: {e}"),
-                        }) {
-                            return seen;
-                        }
-                        continue;
-                    }
-                };
-                // `file_name` allocates: once per entry, not once per comparison (a folder of
-                // 2000 slices took 1.2 ms to sort, before the first file reached a loader).
-                entries.sort_by_cached_key(|e| e.file_name());
-                let mut subdirs = Vec::new();
-                for entry in entries {
-                    let path = entry.path();
-                    // Directories are followed only when they are real (no symlink loops).
-                    let ft = match entry.file_type() {
-                        Ok(ft) => ft,
-                        Err(_) => continue,
-                    };
-                    if ft.is_dir() {
-                        subdirs.push(path);
-                        continue;
-                    }
-                    let is_file = ft.is_file() || (ft.is_symlink() && path.is_file());
-                    if !is_file {
-                        continue;
-                    }
-                    seen += 1;
-                    let rel = path.strip_prefix(input).unwrap_or(&path).to_path_buf();
-                    if !visit(Found::File { path, rel }) {
-                        return seen;
-                    }
-                }
-                // Reverse so that the stack pops them in name order.
-                stack.extend(subdirs.into_iter().rev());
-            }
-        } else {
-            seen += 1;
-            let rel = PathBuf::from(input.file_name().unwrap_or(input.as_os_str()));
-            if !visit(Found::File {
-                path: input.clone(),
-                rel,
-            }) {
-                return seen;
-            }
-        }
-    }
-    seen
-}
-
-/// Probes one file.
-fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
+/// Probes one file found by the walk (the others pass through).
+fn classify(next_id: &mut usize, found: Found) -> ScanItem {
+    let (path, rel, key) = match found {
+        Found::File { path, rel, key, .. } => (path, rel, key),
+        Found::Skipped { path, reason } => return ScanItem::Skipped { path, reason },
+        Found::Error { path, reason } => return ScanItem::Error { path, reason },
+    };
     match probe(&path) {
         Ok(Probe::NotDicom(reason)) => match crate::decode::probe::damaged_evidence(&path) {
             // A damaged image is a failure, not "not an image".
@@ -179,6 +175,8 @@ fn classify(next_id: &mut usize, path: PathBuf, rel: PathBuf) -> ScanItem {
                 path,
                 rel,
                 kind,
+                key,
+                base: None,
             })
         }
         Err(e) => ScanItem::Error {

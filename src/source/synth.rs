@@ -535,6 +535,7 @@ pub fn phantom_plan(size: u32) -> FramePlan {
             invert: false,
             pixels: size as u64 * size as u64,
         }),
+        encoded: None,
     }
 }
 

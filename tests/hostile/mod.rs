@@ -388,6 +388,42 @@ pub fn deflated(valid: &Dicom) -> Vec<u8> {
     bytes
 }
 
+/// Raw deflate of `data` that never refers to what came before it (a fresh compressor,
+/// ended by a sync flush on a byte boundary, not final): such pieces can be concatenated.
+fn deflate_piece(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(data).expect("deflate");
+    e.flush().expect("deflate"); // a sync flush
+    std::mem::take(e.get_mut())
+}
+
+/// A decompression bomb as the adversarial pass of issue 22 built it: `valid` as a deflated
+/// data set whose image is 1 x 1 and whose Pixel Data declares `declared` bytes of zeros, all
+/// of them there once inflated. Deflate's 1032:1 keeps the file small: 3 GB in 2.9 MB.
+pub fn deflate_bomb(valid: &Dicom, declared: u32) -> Vec<u8> {
+    let mut d = valid.clone();
+    d.set_transfer_syntax(DEFLATED);
+    d.set_us(0x0028, 0x0010, 1).set_us(0x0028, 0x0011, 1);
+    let mut head = d.data_bytes_where(|e| e.group != 0x7fe0);
+    head.extend(raw_elem_len(0x7fe0, 0x0010, b"OW", declared, &[]));
+    let mut bytes = d.meta_bytes();
+    bytes.extend(deflate_piece(&head));
+    const PIECE: usize = 1 << 20;
+    let piece = deflate_piece(&vec![0u8; PIECE]);
+    let mut left = declared as usize;
+    while left >= PIECE {
+        bytes.extend_from_slice(&piece);
+        left -= PIECE;
+    }
+    if left > 0 {
+        bytes.extend(deflate_piece(&vec![0u8; left]));
+    }
+    // The final block: empty, stored.
+    bytes.extend([0x01, 0x00, 0x00, 0xff, 0xff]);
+    bytes
+}
+
 /// Runs `dicomflow synth` into `dir` with the given extra arguments; returns the files.
 pub fn synth(dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
     let status = Command::new(env!("CARGO_BIN_EXE_dicomflow"))
@@ -598,13 +634,14 @@ pub fn build_corpus(dir: &Path, valid: &Path) -> Vec<Case> {
             &d.to_bytes(),
         );
 
+        // (Bits Allocated 12 is read since issue 16: packed ACR-NEMA samples.)
         let mut d = good.clone();
-        d.set_us(0x0028, 0x0100, 12);
+        d.set_us(0x0028, 0x0100, 24);
         add(
-            "bits_alloc_12",
+            "bits_alloc_24",
             ".dcm",
             Expect::Failed,
-            "BitsAllocated = 12",
+            "BitsAllocated = 24",
             &d.to_bytes(),
         );
 

@@ -74,6 +74,7 @@ pub fn encode_table(sizes: &[u32], iters: usize) -> Result<String, String> {
 /// `dicomflow bench encode`: prints the table.
 pub fn execute(a: &crate::app::cli::EncodeArgs) -> Result<i32, dicomflow::error::FatalError> {
     let table = encode_table(&a.sizes, a.iters).map_err(dicomflow::error::FatalError::Other)?;
-    print!("{table}");
+    crate::app::print::out(&table)
+        .map_err(|e| dicomflow::error::FatalError::Other(format!("writing to stdout: {e}")))?;
     Ok(0)
 }

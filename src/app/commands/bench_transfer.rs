@@ -753,7 +753,8 @@ pub fn execute(a: &crate::app::cli::TransferArgs) -> Result<i32, dicomflow::erro
         device: a.device,
     };
     let table = run(&opts).map_err(dicomflow::error::FatalError::Backend)?;
-    print!("{table}");
+    crate::app::print::out(&table)
+        .map_err(|e| dicomflow::error::FatalError::Other(format!("writing to stdout: {e}")))?;
     Ok(0)
 }
 

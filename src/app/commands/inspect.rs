@@ -7,28 +7,36 @@ use std::path::Path;
 
 use dicom_encoding::transfer_syntax::TransferSyntaxIndex;
 
+use dicomflow::backend::cuda::decode::Codecs;
+use dicomflow::backend::options::{GpuDecode, GpuOptions};
+use dicomflow::decode::compressed::{self, FrameCoding};
 use dicomflow::decode::{probe, DecodeLimits, ImageFile};
+use dicomflow::paths::Escaped;
 use dicomflow::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
 
-/// Describes `path` as text; `opts` is the window choice to explain.
-pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
-    let kind = probe(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Describes `path` as text; `opts` is the window choice to explain, `gpu` the GPU decode
+/// options (policy, where the codec libraries are).
+pub fn describe(path: &Path, opts: &RenderOptions, gpu: &GpuOptions) -> Result<String, String> {
+    let kind = probe(path).map_err(|e| format!("{}: {e}", Escaped(path)))?;
     let file = ImageFile::open(
         path,
         kind,
+        // The run's default limit: what `run` would refuse, `inspect` refuses too (and a
+        // deflated data set is inflated whole here as well).
         DecodeLimits {
-            max_frame_bytes: u64::MAX,
+            max_frame_bytes: dicomflow::pipeline::options::PipelineOptions::default()
+                .max_frame_bytes,
             damaged: Default::default(),
         },
     )
-    .map_err(|e| format!("{}: {e}", path.display()))?;
+    .map_err(|e| format!("{}: {e}", Escaped(path)))?;
     let i = &file.info;
     let ts_name = dicom_transfer_syntax_registry::TransferSyntaxRegistry
         .get(&i.transfer_syntax)
         .map(|t| t.name().to_string())
         .unwrap_or_else(|| "unknown".into());
     let mut s = String::new();
-    let _ = writeln!(s, "file               {}", path.display());
+    let _ = writeln!(s, "file               {}", Escaped(path));
     let _ = writeln!(
         s,
         "transfer syntax    {} ({}){}",
@@ -49,6 +57,9 @@ pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
             "decoded (codec or full parse)"
         }
     );
+    if let Some(line) = gpu_decode_line(&file, gpu) {
+        let _ = writeln!(s, "gpu decode         {line}");
+    }
     let _ = writeln!(
         s,
         "dimensions         {} x {} (cols x rows), {} frame(s)",
@@ -198,8 +209,51 @@ pub fn describe(path: &Path, opts: &RenderOptions) -> Result<String, String> {
 }
 
 /// `dicomflow inspect`: prints what `run` would do with the file; exit 1 when it cannot be read.
+/// Where frame 1 of a compressed file would be decoded by the CUDA backend under `gpu`: the
+/// GPU codec and library, or the CPU and why; `None` for syntaxes without a GPU codec.
+fn gpu_decode_line(file: &ImageFile, gpu: &GpuOptions) -> Option<String> {
+    let coding = FrameCoding::of(&file.info)?;
+    let mut code = Vec::new();
+    if let Err(e) = file.read_encoded_frame(0, &mut code) {
+        return Some(format!("CPU (frame 1: {e})"));
+    }
+    let facts = compressed::inspect(&coding, &code);
+    let kind = if facts.lossless {
+        "lossless codestream"
+    } else {
+        "lossy codestream"
+    };
+    let codecs = Codecs::load(gpu, 1);
+    let route = codecs.route();
+    let lines = codecs.describe();
+    let family = lines
+        .iter()
+        .find(|l| l.starts_with(coding.codec.name()))
+        .cloned()
+        .unwrap_or_else(|| lines.join("; "));
+    Some(match route.accepts(coding.codec, &facts) {
+        Ok(()) => format!("GPU when the CUDA backend runs ({kind}); {family}"),
+        Err(why) => format!("CPU ({kind}: {why}); {family}"),
+    })
+}
+
 pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error::FatalError> {
     use dicomflow::error::FatalError;
+    let decode = match a.gpu_decode.as_str() {
+        "lossless" => GpuDecode::Lossless,
+        "all" => GpuDecode::All,
+        "none" => GpuDecode::None,
+        other => {
+            return Err(FatalError::Config(format!(
+                "--gpu-decode: `{other}`: use lossless, all or none"
+            )))
+        }
+    };
+    let gpu = GpuOptions {
+        decode,
+        library_path: a.library_path.clone(),
+        ..GpuOptions::default()
+    };
     let window = a
         .window
         .parse()
@@ -215,13 +269,15 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
             window,
             voi_function,
         },
+        &gpu,
     ) {
         Ok(text) => {
-            print!("{text}");
+            crate::app::print::out(&text)
+                .map_err(|e| FatalError::Other(format!("writing to stdout: {e}")))?;
             Ok(0)
         }
         Err(e) => {
-            eprintln!("dicomflow: {e}");
+            crate::app::print::errln(&format!("dicomflow: {e}"));
             Ok(1)
         }
     }

@@ -1,8 +1,11 @@
 //! One module per subcommand: each turns its parsed arguments into library calls and returns
 //! the exit code.
 
+pub mod bench_decode;
 pub mod bench_encode;
 pub mod bench_transfer;
 pub mod inspect;
+pub mod report_merge;
 pub mod run;
+pub mod scan;
 pub mod synth;

@@ -25,11 +25,11 @@ pub fn execute(a: &SynthArgs, quiet: bool) -> Result<i32, FatalError> {
     let written =
         dicomflow::source::synth::write_series(&a.out_dir, &opts).map_err(FatalError::Other)?;
     if !quiet {
-        eprintln!(
+        crate::app::print::errln(&format!(
             "dicomflow: wrote {} file(s) to {}",
             written.len(),
-            a.out_dir.display()
-        );
+            dicomflow::paths::Escaped(&a.out_dir)
+        ));
     }
     Ok(0)
 }

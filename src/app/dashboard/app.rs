@@ -308,6 +308,9 @@ impl App {
                     bottleneck: false,
                 }
             })
+            // The GPU decode row only once compressed frames were decoded on the GPU: most
+            // runs have none, and a small terminal needs the line.
+            .filter(|r| r.name != StageId::GpuDecode.name() || r.count > 0)
             .collect();
         let best = rows
             .iter()

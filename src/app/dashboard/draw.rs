@@ -34,7 +34,7 @@ fn short_path(p: &Path) -> String {
         if i > 0 {
             s.push('/');
         }
-        s.push_str(&c.as_os_str().to_string_lossy());
+        s.push_str(&dicomflow::paths::escape(Path::new(c.as_os_str())));
     }
     s
 }
@@ -43,7 +43,7 @@ fn short_path(p: &Path) -> String {
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
     let compact = area.width < 80;
-    let stages_h = 2 + 1 + app.snap.stages.len() as u16;
+    let stages_h = 2 + 1 + app.stage_rows().len() as u16;
     let queues_h = 2 + (app.snap.gauges.len().clamp(1, 6) as u16);
     // What fits: the stage table always; the queue row and the bottom row when there is room.
     let fixed = 1 + 1 + stages_h + 1;
@@ -320,6 +320,15 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
             }
             if g.pinned_bytes > 0 {
                 lines.push(Line::from(format!("pinned host: {}", mb(g.pinned_bytes))));
+            }
+            if g.frames_gpu_decoded + g.frames_decode_fallback > 0 {
+                lines.push(Line::from(format!(
+                    "decode: {} GPU, {} CPU fallback",
+                    g.frames_gpu_decoded, g.frames_decode_fallback
+                )));
+            }
+            if !g.codecs.is_empty() {
+                lines.push(Line::from(format!("codecs: {}", g.codecs)));
             }
         }
         None => {

@@ -80,13 +80,14 @@ impl Write for SinkWriter {
         match &mut *t {
             Target::Stderr => {
                 drop(t);
-                io::stderr().write_all(buf)?;
+                // A closed stderr (`| head -1`) loses the line, not the run.
+                let _ = io::stderr().write_all(buf);
             }
             Target::File(f) => f.write_all(&strip_ansi(buf))?,
             Target::Bar(bar) => {
                 let bar = bar.clone();
                 drop(t);
-                bar.suspend(|| io::stderr().write_all(buf))?;
+                let _ = bar.suspend(|| io::stderr().write_all(buf));
             }
         }
         Ok(buf.len())

@@ -238,10 +238,10 @@ impl<'a> Dashboard<'a> {
         drop(self.term);
         logsink::to_stderr();
         if file_len(&self.log_file) > self.log_len_before {
-            eprintln!(
+            crate::app::print::errln(&format!(
                 "dicomflow: messages logged while the dashboard was shown are in {}",
-                self.log_file.display()
-            );
+                dicomflow::paths::Escaped(&self.log_file)
+            ));
         }
     }
 
@@ -271,7 +271,7 @@ impl<'a> Dashboard<'a> {
             _ if ctrl_c && self.app.cancelling => {
                 // Second interrupt: leave at once, like a second SIGINT.
                 term::restore();
-                eprintln!("dicomflow: interrupted twice; stopping now");
+                crate::app::print::errln("dicomflow: interrupted twice; stopping now");
                 std::process::exit(130);
             }
             _ if ctrl_c => self.finish(),

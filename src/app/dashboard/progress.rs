@@ -50,7 +50,7 @@ pub fn run(
         // Once a second (or at the tick, if slower), a whole line.
         let period = tick.max(Duration::from_secs(1));
         while !wait(done, period) {
-            eprintln!("dicomflow: {}", sample().line());
+            crate::app::print::errln(&format!("dicomflow: {}", sample().line()));
         }
     }
 }

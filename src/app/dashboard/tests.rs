@@ -30,12 +30,17 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         p99_ms: p50 * 3.0,
         max_ms: p50 * 5.0,
         mean_ms: p50 * 1.1,
+        histogram: None,
     };
     let stages = vec![
         stage(StageId::Scan, 200, 1, 0.01, 0.01),
         stage(StageId::ReadDecode, done + 10, 1, 0.40, 1.25),
         StageSnapshot {
             name: "transfer in".into(),
+            ..Default::default()
+        },
+        StageSnapshot {
+            name: "gpu decode".into(),
             ..Default::default()
         },
         stage(StageId::Compute, done + 5, 1, 0.20, 0.75),
@@ -260,6 +265,7 @@ fn gpu_panel_shows_devices_strategy_pools_and_split() {
         pinned_bytes: 32 << 20,
         pinned_alloc_ms: 12.0,
         frames_per_device: vec![125],
+        ..Default::default()
     });
     let all = render(&app(s), 100, 30).join("\n");
     assert!(all.contains(" GPU "), "{all}");
@@ -351,7 +357,9 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
     stats.add_gauge("slots in flight", Box::new(|| (1, 4)));
     stats.add_gauge("load → render", Box::new(|| (2, 8)));
     let cancel = Arc::new(AtomicBool::new(false));
-    let tracer = Arc::new(Tracer::new());
+    let dir = std::env::temp_dir().join(format!("dicomflow-supervise-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tracer = Arc::new(Tracer::create(&dir.join("t.json")).unwrap());
     let opts = Options {
         display: Display::Quiet,
         tick: Duration::from_millis(10),
@@ -364,9 +372,7 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
     });
     assert_eq!(r.unwrap(), 42);
     assert!(started.elapsed() < Duration::from_millis(1000));
-    let dir = std::env::temp_dir().join(format!("dicomflow-supervise-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    tracer.write(&dir.join("t.json")).unwrap();
+    tracer.finish().unwrap();
     let t: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("t.json")).unwrap()).unwrap();
     let counters: Vec<_> = t["traceEvents"]
@@ -385,4 +391,40 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
         supervise(&opts, &stats, &cancel, None, || -> u32 { panic!("boom") })
     });
     assert!(panicked.is_err());
+}
+
+#[test]
+fn gpu_panel_shows_the_decode_counts_and_the_stage_row_appears_once_used() {
+    let mut s = snapshot(2.0, 120);
+    let rows = render(&app(s.clone()), 100, 30).join("\n");
+    assert!(!rows.contains("gpu decode"), "{rows}");
+    s.stages[StageId::GpuDecode as usize] = StageSnapshot {
+        name: "gpu decode".into(),
+        count: 118,
+        workers: 16,
+        busy_s: 10.0,
+        busy_fraction: 0.3,
+        p50_ms: 9.3,
+        ..Default::default()
+    };
+    s.gpu = Some(GpuFigures {
+        devices: vec!["NVIDIA H200".into()],
+        strategy: "zero-copy".into(),
+        frames_per_device: vec![120],
+        codecs: "nvJPEG2000 0.11.0, nvJPEG 13.0.1".into(),
+        frames_gpu_decoded: 118,
+        frames_decode_fallback: 2,
+        ..Default::default()
+    });
+    let all = render(&app(s), 100, 30).join("\n");
+    assert!(
+        numbers(row(
+            &all.lines().map(String::from).collect::<Vec<_>>(),
+            "gpu decode"
+        ))
+        .starts_with(&[118.0]),
+        "{all}"
+    );
+    assert!(all.contains("decode: 118 GPU, 2 CPU fallback"), "{all}");
+    assert!(all.contains("codecs: nvJPEG2000 0.11.0"), "{all}");
 }

@@ -239,6 +239,22 @@ impl Event {
         })
     }
 
+    /// A timing event whose [`synchronize`](Self::synchronize) sleeps instead of spinning
+    /// (`CU_EVENT_BLOCKING_SYNC`): for waits long enough that a spinning thread would take a
+    /// core from the threads that have work.
+    pub fn blocking(device: &Arc<Device>) -> Result<Event, CudaError> {
+        device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out pointer valid; timing stays enabled (no DISABLE_TIMING flag).
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32)
+        })?;
+        Ok(Event {
+            raw,
+            device: device.clone(),
+        })
+    }
+
     pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
         // SAFETY: both handles live.
         check("cuEventRecord", unsafe {
@@ -365,6 +381,41 @@ pub unsafe fn copy_dtoh_async(
     // SAFETY: forwarded contract.
     check("cuMemcpyDtoHAsync", unsafe {
         sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, stream.raw())
+    })
+}
+
+/// Copies `rows` rows of `width` bytes between device buffers of different pitches, on a stream.
+pub fn copy_2d_dtod_async(
+    dst: u64,
+    dst_pitch: usize,
+    src: u64,
+    src_pitch: usize,
+    width: usize,
+    rows: usize,
+    stream: &Stream,
+) -> Result<(), CudaError> {
+    let c = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: dst_pitch,
+        WidthInBytes: width,
+        Height: rows,
+    };
+    // SAFETY: both buffers hold `rows` rows at their pitches (caller's invariant); the descriptor
+    // is read during the call.
+    check("cuMemcpy2DAsync", unsafe {
+        sys::cuMemcpy2DAsync_v2(&c, stream.raw())
     })
 }
 

@@ -6,6 +6,7 @@
 //! Nothing in this module touches the driver before [`driver::probe`] succeeded: on a machine
 //! without libcuda, `auto` quietly picks the CPU and `cuda` is a clear error.
 
+pub mod decode;
 pub mod driver;
 pub mod libs;
 pub mod nvrtc;
@@ -54,6 +55,11 @@ pub(crate) struct Shared {
     /// The PNG filter the workers apply to each frame's rows (kernels/png.cu), so the writers
     /// only deflate; `None` when the output is not a fast-compressed PNG.
     png_filter: Option<u32>,
+    /// The codec libraries for compressed frames (GPU decode).
+    codecs: Arc<decode::Codecs>,
+    /// Frames decoded on the GPU, and frames a GPU codec left to the CPU decoder.
+    gpu_decoded: AtomicU64,
+    decode_fallbacks: AtomicU64,
 }
 
 impl Shared {
@@ -136,6 +142,10 @@ impl Shared {
                 .iter()
                 .map(|f| f.load(Ordering::Relaxed))
                 .collect(),
+            decode: self.codecs.describe(),
+            codecs: self.codecs.short(),
+            frames_gpu_decoded: self.gpu_decoded.load(Ordering::Relaxed),
+            frames_decode_fallback: self.decode_fallbacks.load(Ordering::Relaxed),
         });
     }
 }
@@ -313,6 +323,11 @@ impl CudaBackend {
             Transfer::Pinned => Some(Strategy::Pinned),
             Transfer::Pageable => Some(Strategy::Pageable),
         };
+        let codecs = Arc::new(decode::Codecs::load(gpu, devices.len()));
+        codecs.prewarm(&devices);
+        for line in codecs.describe() {
+            tracing::info!("decode: {line}");
+        }
         let shared = Arc::new(Shared {
             frames: devices.iter().map(|_| AtomicU64::new(0)).collect(),
             devices,
@@ -321,6 +336,9 @@ impl CudaBackend {
             stats: std::sync::OnceLock::new(),
             pinned: allocator.clone(),
             png_filter,
+            codecs,
+            gpu_decoded: AtomicU64::new(0),
+            decode_fallbacks: AtomicU64::new(0),
         });
         shared.publish();
         Ok(CudaBackend {
@@ -429,7 +447,12 @@ impl Backend for CudaBackend {
                 .collect(),
             transfer,
             reason: format!("{}; {}", self.reason, self.kernels),
+            decode: self.shared.codecs.describe(),
         }
+    }
+
+    fn gpu_route(&self) -> crate::decode::compressed::GpuRoute {
+        self.shared.codecs.route()
     }
 
     fn allocator(&self) -> Arc<dyn HostAllocator> {

@@ -5,11 +5,18 @@
 //! applies, so the bytes are identical), PNG-filters the rows when the output is a fast PNG
 //! (kernels/png.cu; the writer then only deflates), and brings the result back. CUDA events
 //! time the transfer-in, compute and transfer-out parts.
+//!
+//! A frame that arrives compressed (`plan.encoded`) is first decoded by a GPU codec
+//! (decode/) on the worker's stream into device memory, timed by its own pair of events; the
+//! chain then reads the decoded values from there whatever the transfer strategy (which still
+//! decides how the output travels). A frame the codec cannot take is decoded on the CPU into
+//! the slot, and rendered like any other.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::decode::{Decoded, FrameDecoder};
 use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
 use super::{Shared, Strategy};
 use crate::backend::cpu::CpuRenderer;
@@ -93,6 +100,26 @@ pub struct CudaWorker {
     host_counts: Vec<u32>,
     cpu: CpuRenderer,
     last_publish: Instant,
+    /// GPU codecs (created on the first compressed frame) and the decoded frame they write.
+    decoder: Option<FrameDecoder>,
+    dev_decoded: Option<DeviceBuffer>,
+    /// Events around the GPU decode of the current frame.
+    ev_decode: [Event; 2],
+    /// Marks the end of a GPU-decoded frame's work; the worker sleeps on it instead of
+    /// spinning (a JPEG 2000 decode takes milliseconds, and many workers decode at once).
+    ev_done: Event,
+    /// Buffers for the CPU decode of a frame the GPU codec did not take.
+    fallback: Vec<u8>,
+    fallback_scratch: Vec<u8>,
+}
+
+/// Where the frame's stored values are when the chain starts.
+#[derive(Clone, Copy)]
+enum Source {
+    /// In the slot (as the loader or the CPU fallback decoded them).
+    Slot,
+    /// In device memory, decoded there by a GPU codec.
+    Device(u64),
 }
 
 fn grid_for(work: u64) -> u32 {
@@ -115,9 +142,17 @@ impl CudaWorker {
             Event::new(&device)?,
             Event::new(&device)?,
         ];
+        let ev_decode = [Event::new(&device)?, Event::new(&device)?];
+        let ev_done = Event::blocking(&device)?;
         Ok(CudaWorker {
             index,
             device_slot,
+            ev_done,
+            decoder: None,
+            dev_decoded: None,
+            ev_decode,
+            fallback: Vec::new(),
+            fallback_scratch: Vec::new(),
             shared,
             _module: module,
             stream,
@@ -139,6 +174,7 @@ impl CudaWorker {
 
     /// Frees cached device memory (after an out-of-memory error).
     fn release_caches(&mut self) {
+        self.dev_decoded = None;
         self.dev_in = None;
         self.dev_out = None;
         self.dev_pixels = None;
@@ -148,14 +184,25 @@ impl CudaWorker {
         self.table_key = None;
     }
 
-    /// Queues the input transfer for `strategy` and returns the device pointers to use.
+    /// Queues the input transfer for `strategy` and returns the device pointers to use. Values
+    /// already decoded in device memory stay there; only the output follows the strategy.
     fn stage_in(
         &mut self,
         strategy: Strategy,
+        source: Source,
         slot: &Slot,
         in_bytes: usize,
         out_bytes: usize,
     ) -> Result<Io, CudaError> {
+        if let Source::Device(input) = source {
+            let output = match strategy {
+                Strategy::ZeroCopy => slot.output.device_ptr(),
+                Strategy::Pinned | Strategy::Pageable => {
+                    driver::ensure_buffer(&mut self.dev_out, &self.stream, out_bytes)?
+                }
+            };
+            return Ok(Io { input, output });
+        }
         match strategy {
             Strategy::ZeroCopy => Ok(Io {
                 input: slot.input.device_ptr(),
@@ -386,6 +433,7 @@ impl CudaWorker {
     fn render_with(
         &mut self,
         strategy: Strategy,
+        source: Source,
         plan: &FramePlan,
         slot: &mut Slot,
     ) -> Result<RenderOutcome, RenderError> {
@@ -401,7 +449,7 @@ impl CudaWorker {
         let pixels = plan.pixels() as u64;
         self.ev[0].record(&self.stream).map_err(cuda)?;
         let staged = self
-            .stage_in(strategy, slot, in_bytes, out_bytes)
+            .stage_in(strategy, source, slot, in_bytes, out_bytes)
             .map_err(cuda)?;
         // The render kernels write pixels where the filter kernel will read them, or straight
         // to the output when there is no filter.
@@ -440,7 +488,13 @@ impl CudaWorker {
         self.stage_out(strategy, staged, slot, out_bytes)
             .map_err(cuda)?;
         self.ev[3].record(&self.stream).map_err(cuda)?;
-        self.stream.synchronize().map_err(cuda)?;
+        match source {
+            Source::Device(_) => {
+                self.ev_done.record(&self.stream).map_err(cuda)?;
+                self.ev_done.synchronize().map_err(cuda)?;
+            }
+            Source::Slot => self.stream.synchronize().map_err(cuda)?,
+        }
         let ms = |a: usize, b: usize| {
             Event::elapsed_ms(&self.ev[a], &self.ev[b])
                 .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
@@ -448,6 +502,7 @@ impl CudaWorker {
         // Every transfer is queued on this stream, so its events time all three parts.
         let timings = RenderTimings {
             transfer_in: ms(0, 1).map_err(cuda)?,
+            decode: Duration::ZERO,
             compute: ms(1, 2).map_err(cuda)?,
             transfer_out: ms(2, 3).map_err(cuda)?,
         };
@@ -516,20 +571,21 @@ impl CudaWorker {
 
 impl RenderWorker for CudaWorker {
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
-        // Stored values deeper than 16 bits have no table: the CPU reference renders them.
+        // Stored values deeper than 16 bits have no table: the CPU reference renders them
+        // (decoding them first when they arrive compressed).
         if let Chain::Gray(g) = &plan.chain {
             if IndexMap::of(&g.stored).is_none() {
                 return self.cpu.render(plan, slot);
             }
         }
-        let shared = self.shared.clone();
-        let strategy = shared.strategy(|candidates| self.calibrate(candidates, plan, slot))?;
-        let result = match self.render_with(strategy, plan, slot) {
+        let mut current = std::borrow::Cow::Borrowed(plan);
+        let result = match self.render_frame(&mut current, slot) {
             Err(e) if e.is_out_of_memory() => {
-                // Give the pool back what this worker caches, then try once more.
+                // Give the pool back what this worker caches, then try once more (from the
+                // codestream again when the GPU had decoded it: its buffer is gone).
                 self.release_caches();
                 let _ = self.stream.synchronize();
-                self.render_with(strategy, plan, slot).map_err(|e| match e {
+                self.render_frame(&mut current, slot).map_err(|e| match e {
                     RenderError::Cuda(e) => RenderError::CudaAfterRetry(e),
                     other => other,
                 })
@@ -549,10 +605,101 @@ impl RenderWorker for CudaWorker {
 }
 
 impl CudaWorker {
+    /// Decodes the frame when it is compressed (GPU codec, else the CPU into the slot, after
+    /// which `plan` describes a decoded frame), then renders it with the strategy in use.
+    fn render_frame(
+        &mut self,
+        plan: &mut std::borrow::Cow<'_, FramePlan>,
+        slot: &mut Slot,
+    ) -> Result<RenderOutcome, RenderError> {
+        let mut source = Source::Slot;
+        let mut decode_time = Duration::ZERO;
+        if let Some(encoded) = plan.encoded.clone() {
+            match self.gpu_decode(&encoded, slot) {
+                Ok((ptr, layout)) => {
+                    source = Source::Device(ptr);
+                    if layout == Decoded::Planar {
+                        if let Chain::Color(c) = &mut plan.to_mut().chain {
+                            c.planar = true;
+                        }
+                    }
+                }
+                Err(why) => {
+                    self.shared.decode_fallbacks.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(
+                        "worker {}: {why}; decoding this frame on the CPU",
+                        self.index
+                    );
+                    // The codec may still read the slot's codestream: let it finish first.
+                    let _ = self.stream.synchronize();
+                    crate::decode::compressed::decode_slot_on_cpu(
+                        &encoded,
+                        slot,
+                        &mut self.fallback,
+                        &mut self.fallback_scratch,
+                    )
+                    .map_err(|e| {
+                        RenderError::Decode(format!(
+                            "{e} (after the GPU codec refused the frame: {why})"
+                        ))
+                    })?;
+                    plan.to_mut().encoded = None;
+                }
+            }
+        }
+        let plan: &FramePlan = plan;
+        let shared = self.shared.clone();
+        let strategy =
+            shared.strategy(|candidates| self.calibrate(candidates, source, plan, slot))?;
+        let mut outcome = self.render_with(strategy, source, plan, slot)?;
+        if let Source::Device(_) = source {
+            // The stream was synchronized at the end of render_with: both events are complete.
+            decode_time = Event::elapsed_ms(&self.ev_decode[0], &self.ev_decode[1])
+                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))?;
+            self.shared.gpu_decoded.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome.timings.decode = decode_time;
+        Ok(outcome)
+    }
+
+    /// Queues the GPU decode of the frame's codestream (in `slot.input`) into this worker's
+    /// device buffer, between the two decode events.
+    fn gpu_decode(
+        &mut self,
+        encoded: &crate::decode::compressed::EncodedFrame,
+        slot: &Slot,
+    ) -> Result<(u64, Decoded), String> {
+        let device = &self.shared.devices[self.device_slot];
+        device.bind().map_err(|e| e.to_string())?;
+        let bytes = encoded.coding.decoded_bytes();
+        let dst = driver::ensure_buffer(&mut self.dev_decoded, &self.stream, bytes)
+            .map_err(|e| e.to_string())?;
+        let decoder = self.decoder.get_or_insert_with(|| {
+            FrameDecoder::new(
+                self.shared.codecs.clone(),
+                self.device_slot,
+                self.stream.clone(),
+            )
+        });
+        self.ev_decode[0]
+            .record(&self.stream)
+            .map_err(|e| e.to_string())?;
+        let layout = decoder
+            .decode(encoded, slot.input.bytes(encoded.len), dst)
+            .map_err(|e| e.to_string())?;
+        self.ev_decode[1]
+            .record(&self.stream)
+            .map_err(|e| e.to_string())?;
+        Ok((dst, layout))
+    }
+}
+
+impl CudaWorker {
     /// Times each candidate strategy on this real frame (best of three) for `transfer = auto`.
     fn calibrate(
         &mut self,
         candidates: &[Strategy],
+        source: Source,
         plan: &FramePlan,
         slot: &mut Slot,
     ) -> Vec<(Strategy, f64)> {
@@ -561,7 +708,7 @@ impl CudaWorker {
             let mut best = f64::INFINITY;
             for _ in 0..3 {
                 let t = Instant::now();
-                if self.render_with(s, plan, slot).is_err() {
+                if self.render_with(s, source, plan, slot).is_err() {
                     best = f64::INFINITY;
                     break;
                 }

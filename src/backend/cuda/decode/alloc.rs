@@ -1,0 +1,223 @@
+//! The memory the codec libraries ask for. Device scratch requested during a decode comes from
+//! the stream-ordered allocator (`cuMemAllocAsync` on the decode's stream, the pool whose
+//! release threshold the backend sets, so scratch is reused across frames instead of going back
+//! to the driver); staging buffers from `cuMemHostAlloc`.
+//!
+//! nvJPEG and nvJPEG2000 take the same "V2" allocator shape: `malloc(ctx, &ptr, size, stream)`
+//! and `free(ctx, ptr, size, stream)`, returning 0 on success. A null `stream` (allocations
+//! made while a handle or state is created, frees when it is destroyed) is ordered with nothing
+//! the workers queue, so those allocations are synchronous (`cuMemAlloc`, remembered here) and
+//! those frees wait for the device first.
+
+use std::collections::HashSet;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys;
+
+use crate::backend::cuda::driver::Device;
+
+/// What the callbacks need: the device whose context must be current, and the allocations made
+/// outside any stream. Boxed and kept alive by the handle's owner for as long as the handle
+/// exists (the libraries keep the raw pointer).
+pub struct AllocContext {
+    device: Arc<Device>,
+    synchronous: Mutex<HashSet<u64>>,
+}
+
+impl AllocContext {
+    pub fn new(device: &Arc<Device>) -> Box<AllocContext> {
+        Box::new(AllocContext {
+            device: device.clone(),
+            synchronous: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The pointer the libraries pass back to the callbacks.
+    pub fn as_ctx(&self) -> *mut c_void {
+        self as *const AllocContext as *mut c_void
+    }
+}
+
+/// The context behind a callback's `ctx`, with its device's context made current; `None` for a
+/// null pointer or a device that cannot be bound (the callback then reports failure).
+///
+/// # Safety
+/// `ctx` is null or the [`AllocContext`] registered with the handle, alive while it is.
+unsafe fn context<'a>(ctx: *mut c_void) -> Option<&'a AllocContext> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: the registered, boxed AllocContext (caller's contract).
+    let ctx = unsafe { &*(ctx as *const AllocContext) };
+    ctx.device.bind().ok()?;
+    Some(ctx)
+}
+
+/// Device memory: from the stream-ordered pool on `stream`, or synchronously without one.
+///
+/// # Safety
+/// Called by the codec libraries only: `ctx` is the [`AllocContext`] given at handle creation
+/// (alive while the handle is), `ptr` a valid out pointer, `stream` null or a live stream of
+/// the same context.
+pub unsafe extern "C" fn device_malloc(
+    ctx: *mut c_void,
+    ptr: *mut *mut c_void,
+    size: usize,
+    stream: *mut c_void,
+) -> c_int {
+    // SAFETY: ctx is what the handle was created with (contract above).
+    let Some(ctx) = (unsafe { context(ctx) }) else {
+        return 1;
+    };
+    if ptr.is_null() {
+        return 1;
+    }
+    let mut dptr: sys::CUdeviceptr = 0;
+    let r = if stream.is_null() {
+        // SAFETY: out pointer valid, context current.
+        let r = unsafe { sys::cuMemAlloc_v2(&mut dptr, size.max(1)) };
+        if r == sys::CUresult::CUDA_SUCCESS {
+            match ctx.synchronous.lock() {
+                Ok(mut set) => {
+                    set.insert(dptr);
+                }
+                Err(_) => return 1,
+            }
+        }
+        r
+    } else {
+        // SAFETY: out pointer valid; the stream belongs to the bound context.
+        unsafe { sys::cuMemAllocAsync(&mut dptr, size.max(1), stream as sys::CUstream) }
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return 1;
+    }
+    // SAFETY: ptr is a valid out pointer (checked non-null above).
+    unsafe { *ptr = dptr as *mut c_void };
+    0
+}
+
+/// Gives device memory back to the pool, ordered after the work queued on the stream.
+///
+/// # Safety
+/// As [`device_malloc`]; `ptr` came from it.
+pub unsafe extern "C" fn device_free(
+    ctx: *mut c_void,
+    ptr: *mut c_void,
+    _size: usize,
+    stream: *mut c_void,
+) -> c_int {
+    if ptr.is_null() {
+        return 0;
+    }
+    // SAFETY: ctx is what the handle was created with (contract above).
+    let Some(ctx) = (unsafe { context(ctx) }) else {
+        return 1;
+    };
+    let dptr = ptr as sys::CUdeviceptr;
+    let synchronous = match ctx.synchronous.lock() {
+        Ok(mut set) => set.remove(&dptr),
+        Err(_) => return 1,
+    };
+    let r = if synchronous {
+        // SAFETY: allocated by cuMemAlloc in device_malloc, freed once (cuMemFree waits for the
+        // work that may use it).
+        unsafe { sys::cuMemFree_v2(dptr) }
+    } else if stream.is_null() {
+        // SAFETY: no stream to order the free with: wait for everything, then free.
+        unsafe {
+            sys::cuCtxSynchronize();
+            sys::cuMemFreeAsync(dptr, std::ptr::null_mut())
+        }
+    } else {
+        // SAFETY: ptr came from cuMemAllocAsync in device_malloc; freed once, stream-ordered.
+        unsafe { sys::cuMemFreeAsync(dptr, stream as sys::CUstream) }
+    };
+    (r != sys::CUresult::CUDA_SUCCESS) as c_int
+}
+
+/// Page-locked staging memory (portable, not write-combined: the libraries write it on the CPU).
+///
+/// # Safety
+/// As [`device_malloc`].
+pub unsafe extern "C" fn pinned_malloc(
+    ctx: *mut c_void,
+    ptr: *mut *mut c_void,
+    size: usize,
+    _stream: *mut c_void,
+) -> c_int {
+    // SAFETY: ctx is what the handle was created with (contract above).
+    if ptr.is_null() || unsafe { context(ctx) }.is_none() {
+        return 1;
+    }
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: out pointer valid, context current.
+    let r = unsafe { sys::cuMemHostAlloc(&mut p, size.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return 1;
+    }
+    // SAFETY: ptr is a valid out pointer (checked non-null above).
+    unsafe { *ptr = p };
+    0
+}
+
+/// Frees staging memory once the worker's stream has finished with it (a host buffer freed
+/// while a copy from it is queued would be read after free).
+///
+/// # Safety
+/// As [`device_malloc`]; `ptr` came from [`pinned_malloc`].
+pub unsafe extern "C" fn pinned_free(
+    ctx: *mut c_void,
+    ptr: *mut c_void,
+    _size: usize,
+    stream: *mut c_void,
+) -> c_int {
+    if ptr.is_null() {
+        return 0;
+    }
+    // SAFETY: ctx is what the handle was created with (contract above).
+    if unsafe { context(ctx) }.is_none() {
+        return 1;
+    }
+    // SAFETY: the caller's stream is live; without one, wait for the whole device.
+    unsafe {
+        if stream.is_null() {
+            sys::cuCtxSynchronize();
+        } else {
+            sys::cuStreamSynchronize(stream as sys::CUstream);
+        }
+    }
+    // SAFETY: ptr came from cuMemHostAlloc in pinned_malloc and is freed once.
+    let r = unsafe { sys::cuMemFreeHost(ptr) };
+    (r != sys::CUresult::CUDA_SUCCESS) as c_int
+}
+
+/// The two allocator tables the libraries take (same layout in nvjpeg.h and nvjpeg2k.h:
+/// `{ malloc, free, ctx }`).
+#[repr(C)]
+pub struct AllocatorV2 {
+    pub malloc: unsafe extern "C" fn(*mut c_void, *mut *mut c_void, usize, *mut c_void) -> c_int,
+    pub free: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut c_void) -> c_int,
+    pub ctx: *mut c_void,
+}
+
+impl AllocatorV2 {
+    /// The device allocator for `ctx`.
+    pub fn device(ctx: &AllocContext) -> AllocatorV2 {
+        AllocatorV2 {
+            malloc: device_malloc,
+            free: device_free,
+            ctx: ctx.as_ctx(),
+        }
+    }
+
+    /// The pinned allocator for `ctx`.
+    pub fn pinned(ctx: &AllocContext) -> AllocatorV2 {
+        AllocatorV2 {
+            malloc: pinned_malloc,
+            free: pinned_free,
+            ctx: ctx.as_ctx(),
+        }
+    }
+}
