@@ -134,6 +134,7 @@ fn plans() -> Vec<FramePlan> {
                         pixels: rows as u64 * cols as u64,
                     }),
                     encoded: None,
+                    overlay: None,
                 });
             }
         }
@@ -204,6 +205,7 @@ fn plans() -> Vec<FramePlan> {
                 subsampled,
             }),
             encoded: None,
+            overlay: None,
         });
     }
     v

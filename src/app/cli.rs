@@ -187,6 +187,9 @@ pub struct RunArgs {
     /// with the rest black (DCMTK's +wi).
     #[arg(long)]
     pub damaged: Option<String>,
+    /// Overlay planes (60xx) on grayscale frames: on (default, as dcm2pnm) or off (DCMTK -O).
+    #[arg(long, value_parser = ["on", "off"])]
+    pub overlays: Option<String>,
     /// Output format: png, jpeg, tiff, bmp.
     #[arg(long)]
     pub format: Option<String>,
@@ -268,6 +271,7 @@ impl RunArgs {
     pub fn to_raw(&self) -> RawConfig {
         let mut r = RawConfig::default();
         r.decode.damaged = self.damaged.clone();
+        r.render.overlays = self.overlays.as_deref().map(|v| v == "on");
         r.render.window = self.window.clone();
         r.render.voi_function = self.voi_function.clone();
         r.output.dir = self.output.clone();

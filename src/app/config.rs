@@ -53,6 +53,7 @@ pub struct RawDecode {
 pub struct RawRender {
     pub window: Option<String>,
     pub voi_function: Option<String>,
+    pub overlays: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -316,6 +317,9 @@ impl Settings {
         if let Some(v) = &r.voi_function {
             self.job.render.voi_function =
                 parse_voi_override(v).map_err(|e| bad(origin, "render.voi_function", v, e))?;
+        }
+        if let Some(v) = r.overlays {
+            self.job.render.overlays = v;
         }
 
         let o = &raw.output;

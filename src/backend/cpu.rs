@@ -59,6 +59,34 @@ impl Backend for CpuBackend {
     }
 }
 
+/// Draws a frame's overlay planes on its rendered 8-bit pixels in `slot` (both backends call
+/// this, after their render, so the bytes are the same).
+pub fn draw_overlay(
+    plan: &FramePlan,
+    overlay: &crate::render::overlay::FrameOverlay,
+    slot: &mut Slot,
+) {
+    let bytes = match &plan.chain {
+        crate::render::plan::Chain::Gray(g) => g.stored.bytes(),
+        crate::render::plan::Chain::Color(_) => return,
+    };
+    // Only planes embedded in the pixel data read the stored values (always uncompressed, so
+    // the slot's input holds them).
+    let embedded = overlay.planes.iter().any(|p| {
+        matches!(
+            p.plane.bits,
+            crate::decode::overlay::OverlayBits::Embedded { .. }
+        )
+    });
+    let input = if embedded && plan.encoded.is_none() {
+        slot.input.bytes(plan.input_bytes())
+    } else {
+        &[]
+    };
+    let out = slot.output.bytes_mut(plan.output_bytes());
+    crate::render::overlay::apply(overlay, input, bytes, out, plan.cols, plan.rows);
+}
+
 /// Per-thread state: the last compiled table and scratch for histograms.
 #[derive(Default)]
 pub struct CpuRenderer {
@@ -87,6 +115,9 @@ impl RenderWorker for CpuRenderer {
         let input = slot.input.bytes(plan.input_bytes());
         let out = slot.output.bytes_mut(plan.output_bytes());
         let window = self.render_bytes(plan, input, out)?;
+        if let Some(overlay) = &plan.overlay {
+            draw_overlay(plan, overlay, slot);
+        }
         Ok(RenderOutcome {
             window,
             timings: RenderTimings {

@@ -161,6 +161,9 @@ pub struct ImageInfo {
     pub sop_class: Option<String>,
     /// What was wrong but tolerated, as DCMTK tolerates it (said once per file).
     pub warnings: Vec<String>,
+    /// Overlay planes (60xx groups), in group order.
+    #[serde(skip)]
+    pub overlays: Vec<Arc<super::overlay::OverlayPlane>>,
     /// Values usable in output naming patterns (see `output::naming::PATTERN_KEYS`).
     #[serde(skip)]
     pub naming: std::collections::BTreeMap<String, String>,
@@ -393,6 +396,31 @@ impl ImageInfo {
             None
         };
 
+        let native = matches!(
+            super::guard::trim_uid(transfer_syntax),
+            "1.2.840.10008.1.2"
+                | "1.2.840.10008.1.2.1"
+                | "1.2.840.10008.1.2.2"
+                | "1.2.840.10008.1.2.1.99"
+        );
+        let overlays = super::overlay::read_overlays(
+            obj,
+            &super::overlay::PixelLayout {
+                bits_allocated: bits_allocated as u16,
+                bits_stored: bits_stored as u16,
+                high_bit: high_bit as u16,
+                rows,
+                cols,
+                frames,
+                // Embedded planes are read from the stored values in the slot: uncompressed
+                // data whose container is the file's (not unpacked or narrowed).
+                native: native && bits_allocated == file_bits_allocated,
+            },
+            &mut warnings,
+        )
+        .into_iter()
+        .map(Arc::new)
+        .collect();
         let image_position = obj
             .get(tags::IMAGE_POSITION_PATIENT)
             .and_then(|e| e.to_multi_float64().ok())
@@ -431,6 +459,7 @@ impl ImageInfo {
             modality: opt_str(obj, tags::MODALITY),
             sop_class: opt_str(obj, tags::SOP_CLASS_UID),
             warnings,
+            overlays,
             naming: naming_values(obj),
         })
     }
@@ -705,6 +734,7 @@ pub(crate) mod tests {
             modality: None,
             sop_class: None,
             warnings: Vec::new(),
+            overlays: Vec::new(),
             naming: Default::default(),
         }
     }

@@ -15,6 +15,7 @@ pub mod jpegls;
 pub mod lut;
 mod native;
 pub mod options;
+pub mod overlay;
 mod patch;
 pub mod probe;
 mod rle;

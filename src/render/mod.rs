@@ -4,6 +4,7 @@
 
 pub mod chain;
 pub mod color;
+pub mod overlay;
 pub mod plan;
 pub mod spec;
 pub mod table;

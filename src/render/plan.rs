@@ -139,6 +139,9 @@ pub struct FramePlan {
     /// stored values: the backend decodes it first (a GPU codec, or the CPU decoder of its
     /// transfer syntax), then applies `chain` to the decoded values.
     pub encoded: Option<EncodedFrame>,
+    /// Overlay planes drawn on the rendered frame (grayscale only, as DCMTK), `None` when
+    /// none covers it or overlays are off.
+    pub overlay: Option<Arc<crate::render::overlay::FrameOverlay>>,
 }
 
 impl FramePlan {
@@ -177,12 +180,25 @@ impl FramePlan {
     }
 }
 
-/// The render choices of a run: the VOI the user asked for and an override of the file's VOI
-/// LUT function.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+/// The render choices of a run: the VOI the user asked for, an override of the file's VOI
+/// LUT function, and whether overlay planes are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct RenderOptions {
     pub window: WindowSpec,
     pub voi_function: Option<VoiFunction>,
+    /// Draw the file's overlay planes (60xx) on grayscale frames, as `dcm2pnm` does by
+    /// default; `false` is DCMTK's `-O`.
+    pub overlays: bool,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            window: WindowSpec::default(),
+            voi_function: None,
+            overlays: true,
+        }
+    }
 }
 
 /// Parses the VOILUTFunction attribute; unknown values fall back to LINEAR as DCMTK does.
@@ -235,11 +251,19 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
             subsampled: info.subsampled_422,
         })
     };
+    // DCMTK draws overlays on monochrome images only.
+    let overlay = match chain {
+        Chain::Gray(_) if opts.overlays => {
+            crate::render::overlay::FrameOverlay::for_frame(&info.overlays, frame).map(Arc::new)
+        }
+        _ => None,
+    };
     Ok(FramePlan {
         rows: info.rows,
         cols: info.cols,
         chain,
         encoded: None,
+        overlay,
     })
 }
 

@@ -536,6 +536,7 @@ pub fn phantom_plan(size: u32) -> FramePlan {
             pixels: size as u64 * size as u64,
         }),
         encoded: None,
+        overlay: None,
     }
 }
 

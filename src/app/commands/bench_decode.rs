@@ -121,6 +121,7 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
     let render = RenderOptions {
         window: WindowSpec::Default,
         voi_function: None,
+        overlays: false,
     };
     let mut rows = Vec::new();
     let mut dev: Option<DeviceBuffer> = None;

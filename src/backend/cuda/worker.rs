@@ -440,7 +440,12 @@ impl CudaWorker {
         let cuda = RenderError::Cuda;
         self.shared.devices[self.device_slot].bind().map_err(cuda)?;
         let in_bytes = plan.input_bytes();
-        let png_filter = self.shared.png_filter;
+        // A frame with overlay planes leaves the GPU as pixels: the overlays are drawn on the
+        // host by the CPU backend's code (see `render`), and the writer filters its rows.
+        let png_filter = match plan.overlay {
+            Some(_) => None,
+            None => self.shared.png_filter,
+        };
         // With the PNG filter, the slot receives filtered rows (one filter byte more per row).
         let out_bytes = match png_filter {
             Some(_) => plan.output_capacity(),
@@ -594,6 +599,10 @@ impl RenderWorker for CudaWorker {
         };
         if result.is_ok() {
             self.shared.frames[self.device_slot].fetch_add(1, Ordering::Relaxed);
+            if let Some(overlay) = &plan.overlay {
+                // The same code as the CPU backend's, on the rendered pixels in the slot.
+                crate::backend::cpu::draw_overlay(plan, overlay, slot);
+            }
         }
         self.publish();
         result.map_err(|e| RenderError::OnGpu {
