@@ -274,3 +274,29 @@ fn tolerated_damage_is_rendered_with_a_warning() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `inspect` lists a file's overlay planes (the pixels are compared with DCMTK's in
+/// `tests/conformance.rs`).
+#[test]
+fn inspect_lists_overlay_planes() {
+    let out = std::process::Command::new(common::bin())
+        .arg("inspect")
+        .arg(conformance("overlays.dcm"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for plane in [
+        "6000: 30x40 at row 5, column 10, graphics, Overlay Data \"MARKER\"",
+        "6002: 20x20 at row 30, column 35, region of interest",
+        "6004: 20x20 at row -3, column 50, graphics",
+    ] {
+        assert!(text.contains(plane), "{plane} missing from:\n{text}");
+    }
+    let out = std::process::Command::new(common::bin())
+        .arg("inspect")
+        .arg(conformance("overlays_embedded.dcm"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("bit 15 of the pixel data"));
+}

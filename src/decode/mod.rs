@@ -193,6 +193,13 @@ fn read_header(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<Header,
             },
         );
     }
+    if dataset.get(tags::FLOAT_PIXEL_DATA).is_some()
+        || dataset.get(tags::DOUBLE_FLOAT_PIXEL_DATA).is_some()
+    {
+        return Err(fail(
+            "Float Pixel Data (a parametric map): no 8-bit rendering is defined for it",
+        ));
+    }
     Ok(Header {
         object: header,
         ts,

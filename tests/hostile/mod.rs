@@ -569,6 +569,16 @@ pub fn build_corpus(dir: &Path, valid: &Path) -> Vec<Case> {
             "an image SOP class without image pixel module or Pixel Data",
             &d.to_bytes(),
         );
+        let mut d = good.clone();
+        d.remove(0x7fe0, 0x0010)
+            .set(0x7fe0, 0x0008, b"OF", &[0u8; 16]);
+        add(
+            "float_pixel_data",
+            ".dcm",
+            Expect::Failed,
+            "Float Pixel Data (a parametric map) instead of Pixel Data",
+            &d.to_bytes(),
+        );
         // The preamble and DICM magic damaged, the data set intact behind them.
         let mut bytes = good_bytes.clone();
         bytes[..132].iter_mut().for_each(|b| *b = 0x5a);
