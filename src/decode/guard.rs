@@ -1264,9 +1264,10 @@ mod tests {
         v
     }
 
+    /// Walks `bytes` as a bare explicit VR little endian data set.
     fn walk_bytes(bytes: &[u8]) -> Result<Walk, String> {
         let path = std::env::temp_dir().join(format!(
-            "dicomflow-guard-walk-{}-{:?}.dcm",
+            "dicomflow-guard-{}-{:?}.dcm",
             std::process::id(),
             std::thread::current().id()
         ));
@@ -1311,21 +1312,7 @@ mod tests {
     }
 
     fn check_bytes(bytes: &[u8]) -> Result<(), String> {
-        let path = std::env::temp_dir().join(format!(
-            "dicomflow-guard-{}-{:?}.dcm",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::write(&path, bytes).unwrap();
-        let r = check_structure(
-            &path,
-            &Probe::BareDataset {
-                transfer_syntax: "1.2.840.10008.1.2.1",
-            },
-            u64::MAX,
-        );
-        let _ = std::fs::remove_file(&path);
-        r.map(|_| ())
+        walk_bytes(bytes).map(|_| ())
     }
 
     fn nested(depth: usize) -> Vec<u8> {

@@ -656,24 +656,7 @@ fn read_descriptor(obj: &InMemDicomObject, descriptor: Tag) -> Result<(u32, u16,
 
 /// Reads a LUT (descriptor + data) with DCMTK's decoding rules.
 fn read_lut(obj: &InMemDicomObject, descriptor: Tag, data: Tag) -> Result<Lut, String> {
-    let desc = obj.get(descriptor).ok_or("LUT Descriptor is missing")?;
-    let Value::Primitive(p) = desc.value() else {
-        return Err("LUT Descriptor is not a primitive value".into());
-    };
-    use dicom_core::PrimitiveValue as P;
-    let (entries, first_raw, bits) = match p {
-        P::U16(v) if v.len() == 3 => (v[0] as u32, v[1], v[2] as u32),
-        P::I16(v) if v.len() == 3 => (v[0] as u16 as u32, v[1] as u16, v[2] as u16 as u32),
-        _ => {
-            let v = desc
-                .to_multi_int::<i64>()
-                .map_err(|_| "LUT Descriptor is unreadable".to_string())?;
-            if v.len() != 3 {
-                return Err(format!("LUT Descriptor has {} values, expected 3", v.len()));
-            }
-            (v[0] as u16 as u32, v[1] as u16, v[2] as u16 as u32)
-        }
-    };
+    let (entries, first_raw, bits) = read_descriptor(obj, descriptor)?;
     let words = lut_words(obj, data)?;
     Lut::decode(entries, first_raw, bits, &words)
 }
