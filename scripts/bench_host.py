@@ -7,6 +7,7 @@ parallel over the cores (xargs -P).
 
 usage: scripts/bench_host.py DICOMFLOW PEERS_DIR OUT_DIR [--slices N] [--sizes 512,2000]
                              [--repeat R] [--only dicomflow|peers|all] [--extra 'label=args']
+                             [--skip-strategies]
   PEERS_DIR holds dicom-toimage, dcm2pnm, lib/ (dcm2pnm's libraries) and dicom.dic. Missing peers are
   skipped. Prints slices/s, input MB/s, p50/p95 per-slice latency (dicomflow's report: first
   byte read -> output renamed), peak RSS of the largest process, output MB.
@@ -30,6 +31,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="runs per dicomflow configuration (best kept)")
     ap.add_argument("--only", default="all")
     ap.add_argument("--extra", action="append", default=[], help="label=extra dicomflow args")
+    ap.add_argument("--skip-strategies", action="store_true",
+                    help="run only the CPU backend and the --extra configurations of dicomflow")
     ap.add_argument("--work", default=os.environ.get("BENCH_WORK", "/tmp/dicomflow-bench"))
     ap.add_argument("--pause", type=float, default=1.0,
                     help="seconds between runs, so one run's exit (unpinning memory, closing the GPU "
@@ -78,7 +81,7 @@ def main():
             outs, outbytes = 0, 0
             for root, _, files in os.walk(dst):
                 for f in files:
-                    if f.endswith(".png"):
+                    if f.endswith((".png", ".jpg")):
                         outs += 1
                         outbytes += os.path.getsize(os.path.join(root, f))
             lat = (None, None)
@@ -126,7 +129,7 @@ def main():
         if a.only in ("all", "dicomflow"):
             gpu = subprocess.run([df, "run", files[0], "-o", os.path.join(work, "probe"), "-q", "--no-tui",
                                   "--backend", "cuda"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
-            if gpu:
+            if gpu and not a.skip_strategies:
                 for t in ["zero-copy", "pinned", "pageable"]:
                     run(f"dicomflow cuda {t}", size, inbytes, base + ["--backend", "cuda", "--transfer", t],
                         report=report, repeat=a.repeat)

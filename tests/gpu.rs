@@ -1,7 +1,9 @@
 //! GPU backend tests. Each test skips (printing why) on machines without a usable CUDA device;
 //! on the GPU machine they check that every transfer strategy produces exactly the CPU
-//! reference's bytes, that the kernel cache serves a second process, and that several GPUs
-//! share the work with identical output, and that `bench transfer` prints its whole table.
+//! reference's bytes, that the GPU encoders (nvCOMP PNG, nvJPEG) give the CPU's pixels and
+//! comparable JPEGs, that the kernel cache serves a second process, that several GPUs share
+//! the work with identical output, and that `bench transfer` and `bench gpu-encode` print
+//! their whole tables.
 
 mod common;
 use common::{bin, tempdir};
@@ -13,13 +15,15 @@ use std::sync::Arc;
 
 use dicomflow::backend::cpu::CpuRenderer;
 use dicomflow::backend::cuda::{driver, CudaBackend};
-use dicomflow::backend::options::{GpuOptions, GpuSelection, PageLocking, Transfer};
-use dicomflow::backend::Backend;
+use dicomflow::backend::options::{
+    GpuEncodeChoice, GpuOptions, GpuSelection, PageLocking, Transfer,
+};
+use dicomflow::backend::{Backend, Encoded};
 use dicomflow::decode::lut::Lut;
 use dicomflow::memory::SlotPool;
-use dicomflow::output::encode::png_filter_mode;
-use dicomflow::output::options::{OutputFormat, OutputOptions, PngFilter};
-use dicomflow::output::png::filter_rows;
+use dicomflow::output::options::{OutputFormat, OutputOptions, PngCompression, PngFilter};
+use dicomflow::output::png::{filter_rows, png_from_zlib};
+use dicomflow::pipeline::output_wish;
 use dicomflow::render::plan::{
     AutoWindow, Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Modality, StoredFormat, Voi,
     Window,
@@ -233,18 +237,20 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
         (Transfer::Pinned, PageLocking::Register, OutputFormat::Bmp),
         (Transfer::Pageable, PageLocking::Register, OutputFormat::Bmp),
     ] {
+        // The writers encode: this test is about the pixels and rows the GPU leaves.
         let gpu = GpuOptions {
             transfer,
             page_locking,
             gpus: GpuSelection::List(vec![0]),
+            encode: GpuEncodeChoice::Cpu,
             ..GpuOptions::default()
         };
         let output = OutputOptions {
             format,
             ..OutputOptions::default()
         };
-        let backend = CudaBackend::new(&gpu, png_filter_mode(&output.encode()), "test")
-            .expect("CUDA backend");
+        let wish = output_wish(&output);
+        let backend = CudaBackend::new(&gpu, &wish, "test").expect("CUDA backend");
         let mut worker = backend.worker(0).unwrap();
         let pool = SlotPool::new(2, 0, 0, backend.allocator()).unwrap();
         let mut mismatches = Vec::new();
@@ -310,21 +316,10 @@ fn run(args: &[&str]) -> std::process::Output {
 }
 
 fn outputs(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut v = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "png") {
-                let img = image::open(&p).unwrap().into_bytes();
-                v.push((p.strip_prefix(dir).unwrap().to_path_buf(), img));
-            }
-        }
-    }
-    v.sort();
-    v
+    files(dir, "png")
+        .into_iter()
+        .map(|(p, bytes)| (p, image::load_from_memory(&bytes).unwrap().into_bytes()))
+        .collect()
 }
 
 #[test]
@@ -932,4 +927,371 @@ fn gpu_bench_decode_finds_no_difference_on_lossless_frames() {
         "{text}"
     );
     assert!(text.contains("nvJPEG2000"), "{text}");
+}
+
+/// Whether the GPU encoder for `format` can load here (else the test says why it skips).
+fn gpu_encoder_or_skip(test: &str, library: &str) -> bool {
+    match dicomflow::backend::cuda::libs::open(&[library], None) {
+        Ok(_) => true,
+        Err(why) => {
+            let _ = writeln!(std::io::stderr(), "skipping {test}: {why}");
+            false
+        }
+    }
+}
+
+/// Decodes a PNG strictly with the `png` crate (CRC and Adler-32 checked) and with `image`;
+/// both must agree.
+fn decode_png_both(bytes: &[u8], what: &str) -> Vec<u8> {
+    let mut dec = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap_or_else(|e| panic!("{what}: png crate: {e}"));
+    let mut px = vec![0; dec.output_buffer_size().unwrap()];
+    dec.next_frame(&mut px)
+        .unwrap_or_else(|e| panic!("{what}: png crate: {e}"));
+    let img = image::load_from_memory(bytes)
+        .unwrap_or_else(|e| panic!("{what}: image crate: {e}"))
+        .into_bytes();
+    assert_eq!(img, px, "{what}: png and image decode differently");
+    px
+}
+
+/// Every plan and transfer strategy with the GPU encoders: a compressed PNG decodes to the
+/// CPU reference's pixels (a frame the GPU cannot compress, such as noise that does not
+/// shrink, comes back as filtered rows); a JPEG decodes to the frame's size.
+#[test]
+fn gpu_encoders_compress_every_plan_to_the_cpu_pixels() {
+    let test = "gpu_encoders_compress_every_plan_to_the_cpu_pixels";
+    if gpu_or_skip(test).is_none() || !gpu_encoder_or_skip(test, "libnvcomp.so.6") {
+        return;
+    }
+    let plans = plans();
+    let mut cpu = CpuRenderer::default();
+    for (transfer, format, compression) in [
+        (Transfer::ZeroCopy, OutputFormat::Png, PngCompression::Fast),
+        (Transfer::Pinned, OutputFormat::Png, PngCompression::Fast),
+        (Transfer::Pageable, OutputFormat::Png, PngCompression::Fast),
+        (Transfer::ZeroCopy, OutputFormat::Png, PngCompression::Best),
+        (Transfer::ZeroCopy, OutputFormat::Jpeg, PngCompression::Fast),
+        (Transfer::Pageable, OutputFormat::Jpeg, PngCompression::Fast),
+    ] {
+        let gpu = GpuOptions {
+            transfer,
+            gpus: GpuSelection::List(vec![0]),
+            encode: GpuEncodeChoice::Gpu,
+            ..GpuOptions::default()
+        };
+        let output = OutputOptions {
+            format,
+            png_compression: compression,
+            ..OutputOptions::default()
+        };
+        let backend = CudaBackend::new(&gpu, &output_wish(&output), "test")
+            .expect("CUDA backend with its GPU encoder");
+        assert!(
+            backend.info().encoder.starts_with("gpu: "),
+            "{:?}",
+            backend.info()
+        );
+        let mut worker = backend.worker(0).unwrap();
+        let pool = SlotPool::new(2, 0, 0, backend.allocator()).unwrap();
+        let (mut encoded, mut fallback, mut cpu_only) = (0, 0, 0);
+        for (i, plan) in plans.iter().enumerate() {
+            let what = format!("{transfer:?}/{format:?}/{compression:?} plan {i}");
+            let input = noise(i as u64 + 1, plan.input_bytes());
+            let mut expected = vec![0u8; plan.output_bytes()];
+            cpu.render_bytes(plan, &input, &mut expected).unwrap();
+            let mut slot = pool.take().unwrap();
+            slot.reserve(plan.input_bytes(), plan.output_capacity())
+                .unwrap();
+            slot.input
+                .bytes_mut(plan.input_bytes())
+                .copy_from_slice(&input);
+            let outcome = worker.render(plan, &mut slot).unwrap();
+            let (w, h, ch) = (plan.cols, plan.rows, plan.channels());
+            match outcome.encoded {
+                Some(Encoded::PngZlib { offset, len }) => {
+                    encoded += 1;
+                    let mut file = Vec::new();
+                    png_from_zlib(
+                        &mut file,
+                        w,
+                        h,
+                        ch,
+                        &slot.output.bytes(offset + len)[offset..],
+                    )
+                    .unwrap();
+                    assert_eq!(decode_png_both(&file, &what), expected, "{what}");
+                    assert!(!outcome.timings.encode.is_zero(), "{what}: encode time");
+                }
+                Some(Encoded::Jpeg { len }) => {
+                    encoded += 1;
+                    let img = image::load_from_memory(slot.output.bytes(len))
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!((img.width(), img.height()), (w, h), "{what}");
+                }
+                None if outcome.png_rows => {
+                    fallback += 1;
+                    let mut rows = Vec::new();
+                    filter_rows(
+                        PngFilter::Adaptive,
+                        &expected,
+                        w as usize * ch,
+                        ch,
+                        &mut rows,
+                    );
+                    assert_eq!(slot.output.bytes(rows.len()), &rows[..], "{what}: rows");
+                }
+                None => {
+                    // Deep grayscale (the CPU path inside the worker), or a JPEG larger
+                    // than the slot: pixels.
+                    cpu_only += 1;
+                    assert_eq!(slot.output.bytes(expected.len()), &expected[..], "{what}");
+                }
+            }
+            pool.give_back(slot);
+        }
+        eprintln!(
+            "{transfer:?}/{format:?}/{compression:?}: {encoded} frames encoded on the GPU, \
+             {fallback} fell back to rows, {cpu_only} pixels ({} plans)",
+            plans.len()
+        );
+        assert!(
+            encoded > plans.len() / 2,
+            "too few frames encoded on the GPU"
+        );
+    }
+}
+
+/// PSNR of `b` against `a`, dB.
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+/// Files under `dir` with extension `ext`, relative path → bytes.
+fn files(dir: &Path, ext: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    common::files_under(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .map(|p| {
+            let bytes = std::fs::read(dir.join(&p)).unwrap();
+            (p, bytes)
+        })
+        .collect()
+}
+
+/// The acceptance run: every conformance fixture and the 200-slice sample series, CUDA
+/// backend with the GPU encoders against the CPU backend. PNG: identical pixels, every file
+/// decoded strictly by the png crate and by image (and Pillow where installed); the report
+/// says the GPU encoded them. JPEG at the same quality: PSNR against the CPU's at least 40 dB
+/// per file, total size within 15 %. With DICOMFLOW_GPU_SAMPLES set, a few GPU files are
+/// copied there (for pngcheck on another machine).
+#[test]
+fn gpu_encoded_fixtures_and_series_match_the_cpu_backend() {
+    let test = "gpu_encoded_fixtures_and_series_match_the_cpu_backend";
+    if gpu_or_skip(test).is_none()
+        || !gpu_encoder_or_skip(test, "libnvcomp.so.6")
+        || !gpu_encoder_or_skip(test, "libnvjpeg.so.13")
+    {
+        return;
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = tempdir("gpu-encode");
+    let samples = std::env::var_os("DICOMFLOW_GPU_SAMPLES").map(PathBuf::from);
+    for (name, input) in [
+        ("fixtures", manifest.join("tests/fixtures/conformance")),
+        ("series", manifest.join("assets/sample")),
+    ] {
+        let i = input.to_str().unwrap();
+        for (format, ext) in [("png", "png"), ("jpeg", "jpg")] {
+            let cpu = root.join(format!("{name}-{format}-cpu"));
+            run(&[
+                "run",
+                i,
+                "-o",
+                cpu.to_str().unwrap(),
+                "-q",
+                "--no-tui",
+                "--backend",
+                "cpu",
+                "--format",
+                format,
+            ]);
+            let expected = files(&cpu, ext);
+            assert!(!expected.is_empty(), "{name}: nothing rendered");
+            let transfers: &[&str] = if name == "fixtures" && format == "png" {
+                &["zero-copy", "pinned", "pageable"]
+            } else {
+                &["auto"]
+            };
+            for transfer in transfers {
+                let gpu = root.join(format!("{name}-{format}-gpu-{transfer}"));
+                let report = root.join(format!("{name}-{format}-{transfer}.json"));
+                run(&[
+                    "run",
+                    i,
+                    "-o",
+                    gpu.to_str().unwrap(),
+                    "-q",
+                    "--no-tui",
+                    "--backend",
+                    "cuda",
+                    "--gpu-encode",
+                    "gpu",
+                    "--transfer",
+                    transfer,
+                    "--format",
+                    format,
+                    "--report",
+                    report.to_str().unwrap(),
+                ]);
+                let r: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+                let encoder = r["result"]["backend"]["encoder"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                assert!(encoder.starts_with("gpu: "), "{name} {format}: {encoder}");
+                let gpu_frames = r["statistics"]["gpu_encoded_frames"].as_u64().unwrap();
+                let got = files(&gpu, ext);
+                assert_eq!(
+                    got.len(),
+                    expected.len(),
+                    "{name} {format} {transfer}: file count"
+                );
+                let (mut worst, mut size_cpu, mut size_gpu) = (f64::INFINITY, 0usize, 0usize);
+                for ((p, g), (_, c)) in got.iter().zip(&expected) {
+                    let what = format!("{name} {format} {transfer} {}", p.display());
+                    size_cpu += c.len();
+                    size_gpu += g.len();
+                    if format == "png" {
+                        assert_eq!(
+                            decode_png_both(g, &what),
+                            decode_png_both(c, &what),
+                            "{what}"
+                        );
+                    } else {
+                        let gi =
+                            image::load_from_memory(g).unwrap_or_else(|e| panic!("{what}: {e}"));
+                        let ci = image::load_from_memory(c).unwrap();
+                        assert_eq!(
+                            (gi.width(), gi.height()),
+                            (ci.width(), ci.height()),
+                            "{what}"
+                        );
+                        let (gb, cb) = (gi.into_bytes(), ci.into_bytes());
+                        worst = worst.min(psnr(&cb, &gb));
+                    }
+                }
+                let ratio = size_gpu as f64 / size_cpu as f64;
+                eprintln!(
+                    "{name} {format} {transfer}: {} files, {gpu_frames} frames encoded on the GPU \
+                     ({encoder}); size GPU/CPU {ratio:.3}{}",
+                    got.len(),
+                    if format == "jpeg" {
+                        format!("; worst PSNR {worst:.1} dB")
+                    } else {
+                        String::new()
+                    }
+                );
+                assert!(
+                    gpu_frames > 0,
+                    "{name} {format}: no frame encoded on the GPU"
+                );
+                if format == "jpeg" {
+                    assert!(worst >= 40.0, "{name}: worst PSNR {worst:.1} dB");
+                    assert!(
+                        (0.85..=1.15).contains(&ratio),
+                        "{name}: size ratio {ratio:.3}"
+                    );
+                }
+                if let Some(dir) = samples.as_ref().filter(|_| format == "png") {
+                    std::fs::create_dir_all(dir).unwrap();
+                    for (p, g) in got.iter().take(2) {
+                        let flat = p.to_string_lossy().replace('/', "_");
+                        std::fs::write(dir.join(format!("{name}-{transfer}-{flat}")), g).unwrap();
+                    }
+                }
+                if format == "png" && *transfer == transfers[0] {
+                    pillow_check(&gpu, &got);
+                }
+            }
+        }
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Opens every file with Pillow where python3 and Pillow are installed (says so otherwise).
+fn pillow_check(dir: &Path, got: &[(PathBuf, Vec<u8>)]) {
+    let script = "import sys\nfrom PIL import Image\nfor p in sys.argv[1:]:\n    im = Image.open(p); im.load()\nprint(len(sys.argv) - 1)";
+    let paths: Vec<PathBuf> = got.iter().map(|(p, _)| dir.join(p)).collect();
+    match Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(&paths)
+        .output()
+    {
+        Ok(out) if out.status.success() => eprintln!(
+            "Pillow opened {} GPU PNGs",
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
+        Ok(out) => {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("No module named"), "Pillow failed: {err}");
+            eprintln!("Pillow not installed here: not checked");
+        }
+        Err(e) => eprintln!("python3 not available ({e}): Pillow not checked"),
+    }
+}
+
+/// `bench gpu-encode` prints the PNG table (with identical pixels) and the JPEG lines; without
+/// a GPU it fails with a clear error and exit status 2.
+#[test]
+fn gpu_bench_gpu_encode_prints_png_and_jpeg_rows() {
+    let args = [
+        "bench",
+        "gpu-encode",
+        "--sizes",
+        "256",
+        "--slices",
+        "2",
+        "--rounds",
+        "10",
+        "--streams",
+        "2",
+        "--algorithms",
+        "1",
+    ];
+    let test = "gpu_bench_gpu_encode_prints_png_and_jpeg_rows";
+    if gpu_or_skip(test).is_none() {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("libcuda") || err.contains("device"), "{err}");
+        return;
+    }
+    if !gpu_encoder_or_skip(test, "libnvcomp.so.6") {
+        return;
+    }
+    let out = run(&args);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("256 ") && l.trim_end().ends_with("2/2")),
+        "{table}"
+    );
+    assert!(table.contains("one Deflate stream"), "{table}");
+    assert!(table.contains("256² gray q90"), "{table}");
 }

@@ -117,6 +117,7 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
             "transfer in",
             "gpu decode",
             "compute",
+            "gpu encode",
             "transfer out",
             "encode",
             "write"
@@ -244,4 +245,76 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
             .any(|e| e["name"] == "thread_name" && e["tid"] == s["tid"]));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_live_report_validates_and_counts_every_arrival() {
+    let dir = temp_dir("reports-live");
+    let series = inputs(&dir);
+    let report = dir.join("report.json");
+    let config = dir.join("watch.toml");
+    // Give up on incomplete files at once: the truncated one is reported, not awaited.
+    std::fs::write(&config, "[watch]\nsettle_ms = 50\ngive_up_s = 1\n").unwrap();
+    let out = dir.join("out");
+    let mut child = Command::new(bin())
+        .args(["watch", "--no-tui", "-q", "-c"])
+        .arg(&config)
+        .arg("-o")
+        .arg(&out)
+        .arg("--report")
+        .arg(&report)
+        .arg(&series)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let rendered = || {
+        std::fs::read_dir(&out)
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "png")
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    };
+    while rendered() < 6 && t0.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The truncated file waits give_up_s before it is handed on and fails.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // SAFETY: sends SIGTERM to the child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "watch exited with {status}");
+    let doc: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let errors = errors_of(&schema(), &doc);
+    assert!(errors.is_empty(), "{errors:#?}");
+    let live = &doc["live"];
+    assert_eq!(live["arrivals"], 8, "{live}");
+    assert_eq!(
+        (
+            live["rendered"].as_u64(),
+            live["skipped"].as_u64(),
+            live["failed"].as_u64()
+        ),
+        (Some(6), Some(1), Some(1))
+    );
+    let totals = &doc["result"]["totals"];
+    assert_eq!(
+        (totals["files"].as_u64(), totals["files_ok"].as_u64()),
+        (Some(8), Some(6))
+    );
+    // Only the failed file is listed.
+    let files = doc["result"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(files[0]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("zz-truncated.dcm"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

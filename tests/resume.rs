@@ -2,7 +2,7 @@
 //! completes exactly the missing outputs (issue: foundation, acceptance 4).
 
 mod common;
-use common::{bin, tempdir};
+use common::{bin, decodes_completely, tempdir};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,21 +27,6 @@ fn all_entries(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
-}
-
-fn decodes_completely(path: &Path) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let decoder = png::Decoder::new(std::io::BufReader::new(file));
-    let Ok(mut reader) = decoder.read_info() else {
-        return false;
-    };
-    let Some(size) = reader.output_buffer_size() else {
-        return false;
-    };
-    let mut buf = vec![0; size];
-    reader.next_frame(&mut buf).is_ok() && reader.finish().is_ok()
 }
 
 /// A series of `slices` 128² slices in `input`.

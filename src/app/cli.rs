@@ -25,6 +25,12 @@ pub struct Cli {
 pub enum Command {
     /// Render DICOM files and folders (recursively) to 8-bit images.
     Run(Box<RunArgs>),
+    /// Receive DICOM instances over the network (C-STORE and C-ECHO SCP) and render each one
+    /// as it arrives, until SIGTERM, Ctrl-C or q.
+    Listen(Box<ListenArgs>),
+    /// Render the DICOM files in folders, then every file written or moved into them once it
+    /// is complete, until SIGTERM, Ctrl-C or q.
+    Watch(Box<WatchArgs>),
     /// Write a deterministic phantom series as DICOM files.
     Synth(SynthArgs),
     /// Show what will be rendered for one file and how.
@@ -47,9 +53,106 @@ pub enum BenchCommand {
     Transfer(TransferArgs),
     /// PNG compression × filter: time and size per rendered phantom slice (best of N).
     Encode(EncodeArgs),
+    /// Send DICOM files to a Storage SCP (`dicomflow listen`, storescp, a PACS) over N
+    /// associations, optionally paced: instances/s and store round trips.
+    Listen(BenchListenArgs),
     /// Compressed frames decoded by the CPU decoders and by the GPU codecs (nvJPEG2000,
     /// nvJPEG): stored values and 8-bit renderings compared, time of each.
     Decode(DecodeArgs),
+    /// GPU encoders (nvCOMP PNG, nvJPEG) against the CPU's: time, sustained rate, size,
+    /// identical pixels / PSNR, and the layout of nvCOMP's streams.
+    GpuEncode(GpuEncodeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListenArgs {
+    /// TCP port [config: listen.port, default 11112].
+    #[arg(long)]
+    pub port: Option<i64>,
+    /// Address to listen on [config: listen.host, default 0.0.0.0 (every interface)].
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Our AE title: associations calling another are refused [config: listen.ae_title].
+    #[arg(long)]
+    pub ae_title: Option<String>,
+    /// Largest PDU received, bytes [config: listen.max_pdu].
+    #[arg(long)]
+    pub max_pdu: Option<i64>,
+    /// Only these calling AE titles or addresses (10.0.0.7, 10.0.0.0/8) may associate;
+    /// repeat or separate with commas [config: listen.allow].
+    #[arg(long, value_delimiter = ',')]
+    pub allow: Vec<String>,
+    /// Associations served at once [config: listen.max_associations].
+    #[arg(long)]
+    pub max_associations: Option<i64>,
+    /// Spool folder for received instances [config: listen.spool, default OUT/.spool].
+    #[arg(long)]
+    pub spool: Option<PathBuf>,
+    /// Keep each received instance in this folder (as <SOPInstanceUID>.dcm) once rendered
+    /// [config: listen.keep_received].
+    #[arg(long)]
+    pub keep_received: Option<PathBuf>,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+impl ListenArgs {
+    /// The CLI's configuration layer (only what was given).
+    pub fn to_raw(&self) -> RawConfig {
+        let mut r = self.job.to_raw();
+        r.listen.port = self.port;
+        r.listen.host = self.host.clone();
+        r.listen.ae_title = self.ae_title.clone();
+        r.listen.max_pdu = self.max_pdu;
+        r.listen.allow = (!self.allow.is_empty()).then(|| self.allow.clone());
+        r.listen.max_associations = self.max_associations;
+        r.listen.spool = self.spool.clone();
+        r.listen.keep_received = self.keep_received.clone();
+        r
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Folders to watch (recursively).
+    #[arg(required = true)]
+    pub folders: Vec<PathBuf>,
+    /// A file must stay unchanged this long before it is checked, ms [config: watch.settle_ms].
+    #[arg(long)]
+    pub settle_ms: Option<i64>,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+impl WatchArgs {
+    /// The CLI's configuration layer (only what was given).
+    pub fn to_raw(&self) -> RawConfig {
+        let mut r = self.job.to_raw();
+        r.watch.settle_ms = self.settle_ms;
+        r
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct BenchListenArgs {
+    /// DICOM files or folders to send (every file with DICOM file meta, recursively).
+    #[arg(required = true)]
+    pub inputs: Vec<PathBuf>,
+    /// The Storage SCP, host:port.
+    #[arg(long, default_value = "127.0.0.1:11112")]
+    pub to: String,
+    /// Its AE title.
+    #[arg(long, default_value = "DICOMFLOW")]
+    pub called_ae: String,
+    /// Ours.
+    #[arg(long, default_value = "BENCHSCU")]
+    pub calling_ae: String,
+    /// Concurrent associations.
+    #[arg(long, default_value_t = 1)]
+    pub associations: usize,
+    /// Instances per second (all associations together); 0 = as fast as acknowledged.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +175,34 @@ pub struct DecodeArgs {
     /// Row pitch alignment (bytes) of lossless JPEG output; 0 = the production default.
     #[arg(long, default_value_t = 0)]
     pub lossless_pitch_align: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct GpuEncodeArgs {
+    /// Square slice sizes.
+    #[arg(long, value_delimiter = ',', default_value = "512,2000")]
+    pub sizes: Vec<u32>,
+    /// Distinct phantom slices per size.
+    #[arg(long, default_value_t = 8)]
+    pub slices: usize,
+    /// Stream counts (threads) of the sustained runs.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+    pub streams: Vec<usize>,
+    /// Slices per stream in the sustained runs.
+    #[arg(long, default_value_t = 200)]
+    pub rounds: usize,
+    /// nvCOMP Gzip algorithms to try (0 fastest .. 5 smallest).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2,4")]
+    pub algorithms: Vec<i32>,
+    /// Folder for sample outputs (GPU PNG and JPEG, raw nvCOMP chunks).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Folder searched first for libnvcomp / libnvjpeg (as `gpu.library_path`).
+    #[arg(long)]
+    pub library_path: Option<std::path::PathBuf>,
+    /// Device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -170,6 +301,21 @@ pub struct RunArgs {
     /// manifest has UIDs).
     #[arg(long, value_name = "path|series", requires = "shard")]
     pub shard_by: Option<String>,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+impl RunArgs {
+    /// The CLI's configuration layer (only what was given).
+    pub fn to_raw(&self) -> RawConfig {
+        self.job.to_raw()
+    }
+}
+
+/// The rendering, output, pipeline, GPU and display flags every rendering command shares
+/// (`run`, `listen`, `watch`).
+#[derive(Debug, Args)]
+pub struct JobArgs {
     /// Output directory [config: output.dir, default "out"].
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -258,6 +404,9 @@ pub struct RunArgs {
     /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU.
     #[arg(long)]
     pub decode_streams: Option<i64>,
+    /// Who compresses PNG/JPEG output beside the CUDA backend: auto, gpu, cpu.
+    #[arg(long)]
+    pub gpu_encode: Option<String>,
     /// Show the live dashboard even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_tui")]
     pub tui: bool,
@@ -266,7 +415,7 @@ pub struct RunArgs {
     pub no_tui: bool,
 }
 
-impl RunArgs {
+impl JobArgs {
     /// The CLI's configuration layer (only what was given).
     pub fn to_raw(&self) -> RawConfig {
         let mut r = RawConfig::default();
@@ -297,6 +446,7 @@ impl RunArgs {
         r.gpu.streams = self.streams;
         r.gpu.decode = self.gpu_decode.clone();
         r.gpu.decode_streams = self.decode_streams;
+        r.gpu.encode = self.gpu_encode.clone();
         r.dashboard.tui = if self.tui {
             Some("on".into())
         } else if self.no_tui {
@@ -360,7 +510,13 @@ pub struct InspectArgs {
     /// GPU decode policy to explain (lossless, all, none).
     #[arg(long, default_value = "lossless")]
     pub gpu_decode: String,
-    /// Folder searched first for the codec libraries (gpu.library_path).
+    /// Output format whose encoder to explain: png, jpeg, tiff, bmp.
+    #[arg(long, default_value = "png")]
+    pub format: String,
+    /// gpu.encode to explain: auto, gpu, cpu.
+    #[arg(long, default_value = "auto")]
+    pub gpu_encode: String,
+    /// Folder searched first for NVIDIA's codec libraries (as gpu.library_path).
     #[arg(long)]
     pub library_path: Option<PathBuf>,
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use dicomflow::backend::options::{
-    BackendChoice, BackendOptions, GpuDecode, GpuSelection, PageLocking, Transfer,
+    BackendChoice, BackendOptions, GpuDecode, GpuEncodeChoice, GpuSelection, PageLocking, Transfer,
 };
 use dicomflow::decode::Damaged;
 use dicomflow::error::FatalError;
@@ -16,6 +16,9 @@ use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter
 use dicomflow::paths::Escaped;
 use dicomflow::pipeline::options::{Job, Layout};
 use dicomflow::render::spec::parse_voi_override;
+use dicomflow::source::listen::access::check_ae_title;
+use dicomflow::source::listen::{AllowRule, ListenOptions};
+use dicomflow::source::watch::WatchOptions;
 
 /// The configuration shipped in `config/default.toml`; a test checks that it equals
 /// [`Settings::default`].
@@ -40,6 +43,37 @@ pub struct RawConfig {
     pub gpu: RawGpu,
     #[serde(default)]
     pub dashboard: RawDashboard,
+    #[serde(default)]
+    pub listen: RawListen,
+    #[serde(default)]
+    pub watch: RawWatch,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListen {
+    pub host: Option<String>,
+    pub port: Option<i64>,
+    pub ae_title: Option<String>,
+    pub check_called_ae: Option<bool>,
+    pub allow: Option<Vec<String>>,
+    pub max_pdu: Option<i64>,
+    pub max_associations: Option<i64>,
+    pub idle_timeout_s: Option<i64>,
+    pub stall_timeout_s: Option<i64>,
+    pub max_instance_mib: Option<i64>,
+    pub spool: Option<PathBuf>,
+    pub keep_received: Option<PathBuf>,
+    pub queue: Option<i64>,
+    pub durable: Option<bool>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWatch {
+    pub settle_ms: Option<i64>,
+    pub give_up_s: Option<i64>,
+    pub rescan_s: Option<i64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -103,6 +137,7 @@ pub struct RawGpu {
     pub library_path: Option<PathBuf>,
     pub decode: Option<String>,
     pub decode_streams: Option<i64>,
+    pub encode: Option<String>,
 }
 
 /// A number, or the word "auto".
@@ -200,6 +235,10 @@ pub struct Settings {
     pub trace: Option<PathBuf>,
     #[serde(flatten)]
     pub dashboard: DashboardOptions,
+    /// `dicomflow listen` (`[listen]`).
+    pub listen: ListenOptions,
+    /// `dicomflow watch` (`[watch]`).
+    pub watch: WatchOptions,
 }
 
 /// The largest configuration file read (the shipped one is 6 KiB).
@@ -563,6 +602,19 @@ impl Settings {
                 "use lossless, all or none",
             )?;
         }
+        if let Some(v) = &g.encode {
+            self.backend.gpu.encode = one_of(
+                origin,
+                "gpu.encode",
+                v,
+                &[
+                    ("auto", GpuEncodeChoice::Auto),
+                    ("gpu", GpuEncodeChoice::Gpu),
+                    ("cpu", GpuEncodeChoice::Cpu),
+                ],
+                "use auto, gpu or cpu",
+            )?;
+        }
 
         let d = &raw.dashboard;
         if let Some(v) = &d.tui {
@@ -583,6 +635,103 @@ impl Settings {
         }
         if let Some(v) = &d.log_file {
             self.dashboard.log_file = nonempty_path(v);
+        }
+        self.apply_listen(&raw.listen, origin)?;
+        self.apply_watch(&raw.watch, origin)
+    }
+
+    fn apply_listen(&mut self, l: &RawListen, origin: &Origin) -> Result<(), FatalError> {
+        let o = &mut self.listen;
+        if let Some(v) = &l.host {
+            let ip: std::net::IpAddr = v.trim().parse().map_err(|_| {
+                bad(
+                    origin,
+                    "listen.host",
+                    v,
+                    "expected an IP address such as 0.0.0.0, 127.0.0.1 or ::",
+                )
+            })?;
+            o.bind.set_ip(ip);
+        }
+        if let Some(v) = l.port {
+            o.bind
+                .set_port(count(origin, "listen.port", v, 0, 65535)? as u16);
+        }
+        if let Some(v) = &l.ae_title {
+            check_ae_title(v).map_err(|e| bad(origin, "listen.ae_title", v, e))?;
+            o.ae_title = v.trim().to_string();
+        }
+        if let Some(v) = l.check_called_ae {
+            o.check_called_ae = v;
+        }
+        if let Some(list) = &l.allow {
+            o.allow = list
+                .iter()
+                .map(|v| {
+                    v.parse::<AllowRule>()
+                        .map_err(|e| bad(origin, "listen.allow", v, e))
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(v) = l.max_pdu {
+            // PS3.8: at least 4 KiB is sensible; dicom-ul accepts up to ~4 GiB, 64 MiB is plenty.
+            o.max_pdu = count(origin, "listen.max_pdu", v, 4096, 64 << 20)? as u32;
+        }
+        if let Some(v) = l.max_associations {
+            o.max_associations = count(origin, "listen.max_associations", v, 1, 4096)?;
+        }
+        if let Some(v) = l.idle_timeout_s {
+            o.idle_timeout =
+                std::time::Duration::from_secs(
+                    count(origin, "listen.idle_timeout_s", v, 1, 86_400)? as u64,
+                );
+        }
+        if let Some(v) = l.stall_timeout_s {
+            o.stall_timeout = std::time::Duration::from_secs(count(
+                origin,
+                "listen.stall_timeout_s",
+                v,
+                1,
+                86_400,
+            )? as u64);
+        }
+        if let Some(v) = l.max_instance_mib {
+            o.max_instance_bytes =
+                count(origin, "listen.max_instance_mib", v, 1, 1 << 20)? as u64 * (1 << 20);
+        }
+        if let Some(v) = &l.spool {
+            o.spool = nonempty_path(v);
+        }
+        if let Some(v) = &l.keep_received {
+            o.keep_received = nonempty_path(v);
+        }
+        if let Some(v) = l.queue {
+            o.queue = count(origin, "listen.queue", v, 1, 1 << 20)?;
+        }
+        if let Some(v) = l.durable {
+            o.durable = v;
+        }
+        Ok(())
+    }
+
+    fn apply_watch(&mut self, w: &RawWatch, origin: &Origin) -> Result<(), FatalError> {
+        let o = &mut self.watch;
+        if let Some(v) = w.settle_ms {
+            o.settle =
+                std::time::Duration::from_millis(
+                    count(origin, "watch.settle_ms", v, 0, 600_000)? as u64
+                );
+        }
+        if let Some(v) = w.give_up_s {
+            o.give_up =
+                std::time::Duration::from_secs(
+                    count(origin, "watch.give_up_s", v, 1, 86_400)? as u64
+                );
+        }
+        if let Some(v) = w.rescan_s {
+            o.rescan = std::time::Duration::from_secs(
+                count(origin, "watch.rescan_s", v, 0, 86_400)? as u64,
+            );
         }
         Ok(())
     }

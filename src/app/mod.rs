@@ -19,6 +19,8 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError
     init_logging(cli.verbose, cli.quiet);
     match cli.command {
         Command::Run(args) => commands::run::execute(&args, cli.quiet, started),
+        Command::Listen(args) => commands::listen::execute(&args, cli.quiet, started),
+        Command::Watch(args) => commands::watch::execute(&args, cli.quiet, started),
         Command::Synth(args) => commands::synth::execute(&args, cli.quiet),
         Command::Inspect(args) => commands::inspect::execute(&args),
         Command::Scan(args) => commands::scan::execute(&args, cli.quiet),
@@ -27,7 +29,9 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError
         }
         Command::Bench(BenchCommand::Transfer(args)) => commands::bench_transfer::execute(&args),
         Command::Bench(BenchCommand::Encode(args)) => commands::bench_encode::execute(&args),
+        Command::Bench(BenchCommand::Listen(args)) => commands::bench_listen::execute(&args),
         Command::Bench(BenchCommand::Decode(args)) => commands::bench_decode::execute(&args),
+        Command::Bench(BenchCommand::GpuEncode(args)) => commands::bench_gpu_encode::execute(&args),
     }
 }
 

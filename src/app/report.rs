@@ -5,10 +5,13 @@ use std::io::Write as _;
 
 use crate::app::config::Settings;
 use dicomflow::backend::BackendInfo;
+use dicomflow::error::FatalError;
 use dicomflow::observe::stats::{GpuFigures, Snapshot};
+use dicomflow::observe::trace::Tracer;
 use dicomflow::output::atomic::PendingFile;
 use dicomflow::paths::Escaped;
 use dicomflow::pipeline::{FileStatus, RunResult};
+use dicomflow::source::live::LiveSnapshot;
 use dicomflow::source::select::ShardPlanInfo;
 
 /// Version of the report's layout (docs/report-schema.json). Fields may be added without a
@@ -133,6 +136,45 @@ pub struct Report<'a> {
     pub process: ProcessTimes,
     /// With --shard: which shard, of which plan (null otherwise).
     pub shard: Option<&'a ShardSection>,
+    /// Arrivals of a run without an end (`listen`, `watch`): associations, senders,
+    /// arrival → output latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<&'a LiveSnapshot>,
+}
+
+/// The report and trace files of a run, created before any work: a path that cannot be
+/// written stops the command at once (exit 2) rather than after the run.
+pub struct RunFiles {
+    pub report: Option<PendingFile>,
+    pub tracer: Option<std::sync::Arc<Tracer>>,
+}
+
+impl RunFiles {
+    /// Creates the report at `report` and the trace at `trace`, when given.
+    pub fn create(
+        report: Option<&std::path::Path>,
+        trace: Option<&std::path::Path>,
+    ) -> Result<RunFiles, FatalError> {
+        let report = match report {
+            Some(path) => Some(PendingFile::create(path, true).map_err(|e| {
+                FatalError::Config(format!(
+                    "--report {}: cannot write there: {e}",
+                    Escaped(path)
+                ))
+            })?),
+            None => None,
+        };
+        let tracer = match trace {
+            Some(path) => Some(std::sync::Arc::new(Tracer::create(path).map_err(|e| {
+                FatalError::Config(format!(
+                    "--trace {}: cannot write there: {e}",
+                    Escaped(path)
+                ))
+            })?)),
+            None => None,
+        };
+        Ok(RunFiles { report, tracer })
+    }
 }
 
 /// Writes the JSON report into `file` (created when the run started) and makes it appear,
@@ -144,6 +186,7 @@ pub fn write_report(
     stats: &Snapshot,
     process: ProcessTimes,
     shard: Option<&ShardSection>,
+    live: Option<&LiveSnapshot>,
 ) -> std::io::Result<()> {
     let report = Report {
         report_version: REPORT_VERSION,
@@ -159,6 +202,7 @@ pub fn write_report(
         statistics: stats,
         process,
         shard,
+        live,
     };
     let mut out = std::io::BufWriter::new(file);
     serde_json::to_writer_pretty(&mut out, &report)?;
@@ -168,6 +212,39 @@ pub fn write_report(
 
 fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+/// What a run without an end received, before its [`summary`].
+pub fn live_summary(l: &LiveSnapshot) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "dicomflow: {} arrival(s) in {:.1} s: {} rendered, {} skipped, {} failed, {} refused; {} association(s), {} refused or dropped",
+        l.arrivals,
+        l.elapsed_s,
+        l.rendered,
+        l.skipped,
+        l.failed,
+        l.refused,
+        l.associations_total,
+        l.associations_refused
+    );
+    if let Some([p50, p95, p99, max]) = l.latency_ms {
+        let _ = writeln!(
+            s,
+            "  arrival → output: p50 {p50:.2} ms, p95 {p95:.2} ms, p99 {p99:.2} ms, max {max:.2} ms"
+        );
+    }
+    for (sender, c) in &l.senders {
+        let _ = writeln!(
+            s,
+            "  {sender}: {} received ({}), {} refused",
+            c.received,
+            mb(c.bytes),
+            c.refused
+        );
+    }
+    s
 }
 
 /// The end-of-run summary (stderr), the same in TUI and plain modes.
@@ -229,6 +306,21 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     for line in gpu_decode_lines(result, stats) {
         let _ = writeln!(s, "  gpu decode: {line}");
     }
+    let gpu_encoded = if stats.gpu_encoded_frames > 0 {
+        format!(
+            "; {} frames compressed on the GPU, {} back ({:.0} KB per frame)",
+            stats.gpu_encoded_frames,
+            mb(stats.gpu_encoded_bytes),
+            stats.gpu_encoded_bytes as f64 / 1e3 / stats.gpu_encoded_frames as f64
+        )
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        s,
+        "  encoder: {} ({}){gpu_encoded}",
+        result.backend.encoder, result.backend.encoder_reason
+    );
     let _ = writeln!(
         s,
         "  {:<13} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6}",

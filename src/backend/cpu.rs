@@ -38,6 +38,8 @@ impl Backend for CpuBackend {
             transfer: "none".into(),
             reason: self.reason.clone(),
             decode: Vec::new(),
+            encoder: "cpu".into(),
+            encoder_reason: "the CPU backend: the writer threads encode".into(),
         }
     }
 
@@ -126,6 +128,7 @@ impl RenderWorker for CpuRenderer {
             },
             device: None,
             png_rows: false,
+            encoded: None,
         })
     }
 }

@@ -29,6 +29,10 @@ pub struct BackendInfo {
     /// (name, version, path) or why one is missing; empty for the CPU backend.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub decode: Vec<String>,
+    /// Who compresses the output: "cpu", or the GPU encoder and its library.
+    pub encoder: String,
+    /// Why that encoder (e.g. "gpu.encode = auto: libnvcomp.so.6 not found (...)").
+    pub encoder_reason: String,
 }
 
 /// Time spent in the parts of rendering one frame.
@@ -40,8 +44,41 @@ pub struct RenderTimings {
     pub decode: Duration,
     /// The chain itself.
     pub compute: Duration,
+    /// Compression on the GPU (zero when the writers encode).
+    pub encode: Duration,
     /// Device-to-host transfer.
     pub transfer_out: Duration,
+}
+
+/// Compressed bytes a GPU encoder left in the output slot instead of pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoded {
+    /// A zlib stream of the PNG-filtered rows, `len` bytes at `slot.output[offset..]`: the
+    /// writer wraps it in the PNG container.
+    PngZlib { offset: usize, len: usize },
+    /// A complete JPEG file, `len` bytes at the start of `slot.output`.
+    Jpeg { len: usize },
+}
+
+/// What the writers want in a slot's output, as the pipeline derives it from the output
+/// options: the render workers' side of the contract.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputWish {
+    /// The PNG row filter a GPU applies after rendering so that the writers only deflate (fast
+    /// PNG; see `output::encode::png_filter_mode`), `None` for plain pixels.
+    pub png_filter: Option<u32>,
+    /// The encoder a GPU could run for this output instead (when `gpu.encode` allows it), or
+    /// why there is none.
+    pub gpu_encode: Result<cuda::encode::GpuEncodeWish, String>,
+}
+
+impl Default for OutputWish {
+    fn default() -> Self {
+        OutputWish {
+            png_filter: None,
+            gpu_encode: Err("no output format given".into()),
+        }
+    }
 }
 
 /// What rendering one frame produced besides pixels.
@@ -55,6 +92,9 @@ pub struct RenderOutcome {
     /// The output slot holds the frame's rows PNG-filtered (filter type byte + residuals per
     /// row, `output_capacity` bytes) instead of pixels: the writer only deflates them.
     pub png_rows: bool,
+    /// The output slot holds compressed bytes made on the GPU (takes precedence over
+    /// `png_rows`).
+    pub encoded: Option<Encoded>,
 }
 
 /// Why one frame could not be rendered. The pipeline reports it as that frame's failure and
@@ -143,7 +183,7 @@ pub trait Backend: Send + Sync {
 pub trait RenderWorker: Send {
     /// Reads `plan.input_bytes()` from `slot.input` (or, when `plan.encoded` is set, the
     /// frame's codestream, which it decodes first), writes `plan.output_bytes()` pixels to
-    /// `slot.output` (or `plan.output_capacity()` bytes of filtered PNG rows, as the outcome
-    /// says).
+    /// `slot.output` (or `plan.output_capacity()` bytes of filtered PNG rows, or at most that
+    /// many compressed bytes, as the outcome says).
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError>;
 }

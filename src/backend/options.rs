@@ -60,6 +60,19 @@ impl GpuDecode {
     }
 }
 
+/// Who compresses the output images when the CUDA backend renders (`gpu.encode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuEncodeChoice {
+    /// The GPU when the format has a GPU encoder and its library (nvCOMP, nvJPEG) loads; the
+    /// CPU otherwise, saying why.
+    Auto,
+    /// The GPU: the CUDA backend fails to start when the encoder's library does not load.
+    Gpu,
+    /// The writer threads, on the CPU.
+    Cpu,
+}
+
 /// Which GPUs to use.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -95,6 +108,8 @@ pub struct GpuOptions {
     /// nvJPEG2000 decode takes milliseconds on a few multiprocessors, so many run at once); at
     /// least `streams`.
     pub decode_streams: usize,
+    /// Who compresses PNG and JPEG output when the CUDA backend renders.
+    pub encode: GpuEncodeChoice,
 }
 
 impl Default for GpuOptions {
@@ -111,6 +126,7 @@ impl Default for GpuOptions {
             library_path: None,
             decode: GpuDecode::Lossless,
             decode_streams: 16,
+            encode: GpuEncodeChoice::Auto,
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::backend::cpu::{CpuBackend, CpuRenderer};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::options::{GpuOptions, Transfer};
 use crate::backend::{
-    Backend, BackendError, BackendInfo, RenderError, RenderOutcome, RenderWorker,
+    Backend, BackendError, BackendInfo, OutputWish, RenderError, RenderOutcome, RenderWorker,
 };
 use crate::memory::{AllocError, HeapAllocator, HostAllocator, HostBuffer, Slot};
 use crate::observe::stats::Stats;
@@ -32,18 +32,18 @@ pub struct WarmStart {
 }
 
 impl WarmStart {
-    /// Starts CUDA initialization in the background and returns at once (`png_filter` as for
+    /// Starts CUDA initialization in the background and returns at once (`wish` as for
     /// [`CudaBackend::new`]).
-    pub fn start(gpu: &GpuOptions, png_filter: Option<u32>) -> WarmStart {
+    pub fn start(gpu: &GpuOptions, wish: &OutputWish) -> WarmStart {
         let cuda: Ready = Arc::new(OnceLock::new());
         let stats: Arc<OnceLock<Arc<Stats>>> = Arc::new(OnceLock::new());
         let init = {
-            let (cuda, stats, gpu) = (cuda.clone(), stats.clone(), gpu.clone());
+            let (cuda, stats, gpu, wish) = (cuda.clone(), stats.clone(), gpu.clone(), wish.clone());
             std::thread::Builder::new()
                 .name("cuda-init".into())
                 .spawn(move || {
                     let result =
-                        CudaBackend::new(&gpu, png_filter, "auto: CUDA device found").map(Arc::new);
+                        CudaBackend::new(&gpu, &wish, "auto: CUDA device found").map(Arc::new);
                     if let (Ok(b), Some(s)) = (&result, stats.get()) {
                         b.attach_stats(s.clone());
                         s.set_backend(format!("cuda ({})", b.info().transfer));
@@ -96,6 +96,11 @@ impl Backend for WarmStart {
                     info.reason.push_str(&format!(
                         "; warm start: {cpu_frames} frame(s) rendered on the CPU while CUDA initialized"
                     ));
+                    if info.encoder != "cpu" {
+                        info.encoder_reason.push_str(&format!(
+                            "; the {cpu_frames} warm-start frame(s) were encoded on the CPU"
+                        ));
+                    }
                 }
                 info
             }

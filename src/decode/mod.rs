@@ -69,6 +69,36 @@ fn is_deflate(ts: &str) -> bool {
     ts == "1.2.840.10008.1.2.1.99"
 }
 
+/// Checks a file that has just arrived (received over the network, or found complete in a
+/// watched folder) without parsing it: its first bytes say DICOM and its structure is sound
+/// (every length fits in the file, nesting is bounded), the checks [`ImageFile::open`] runs
+/// first, with the same limits. A file cut short fails here.
+pub fn check_received(path: &Path, limits: DecodeLimits) -> Result<(), String> {
+    match probe(path) {
+        Ok(Probe::NotDicom(reason)) => Err(reason),
+        Ok(kind) => guard::check_structure(path, &kind, limits.max_frame_bytes).map(|_| ()),
+        Err(e) => Err(format!("cannot read: {e}")),
+    }
+}
+
+/// Checks that a file in a watched folder is complete, not still being written: the checks of
+/// [`check_received`], then (for a file with file meta) a full parse to its end and a Pixel
+/// Data element. A file cut anywhere fails: inside an element (a length past the end), at an
+/// element boundary before its pixels (no Pixel Data), or inside encapsulated fragments (the
+/// parse ends early).
+pub fn check_complete(path: &Path, limits: DecodeLimits) -> Result<(), String> {
+    check_received(path, limits)?;
+    if matches!(probe(path), Ok(Probe::FileMeta)) {
+        let obj = OpenFileOptions::new()
+            .open_file(path)
+            .map_err(|e| format!("cannot parse to the end: {}", error_chain(&e)))?;
+        if obj.get(tags::PIXEL_DATA).is_none() {
+            return Err("no Pixel Data (yet)".into());
+        }
+    }
+    Ok(())
+}
+
 /// Where a file's pixel data will come from.
 enum PixelSource {
     /// Native pixel data at a known file offset, read straight into slots.
@@ -91,7 +121,7 @@ pub struct ImageFile {
 }
 
 /// Limits applied before any large allocation, and the policy for damaged frames.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeLimits {
     /// Largest frame accepted (bytes of stored values); also the most Pixel Data a deflated
     /// data set may inflate to (it is inflated whole).

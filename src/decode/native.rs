@@ -204,7 +204,7 @@ fn unpack_bits(src: &[u8], skip: u64, bits: u16, dst: &mut [u8]) {
         12 => {
             for (i, d) in dst.chunks_exact_mut(2).enumerate() {
                 let at = skip + 12 * i as u64;
-                let v = if at % 8 == 0 {
+                let v = if at.is_multiple_of(8) {
                     // Byte-aligned (every other sample of an aligned frame): two bytes.
                     let b = (at / 8) as usize;
                     u16::from(src.get(b).copied().unwrap_or(0))

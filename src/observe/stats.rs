@@ -23,6 +23,8 @@ pub enum StageId {
     /// GPU decode of compressed frames (codec libraries), timed by CUDA events.
     GpuDecode,
     Compute,
+    /// Compression on the GPU (nvCOMP, nvJPEG), timed by CUDA events.
+    GpuEncode,
     TransferOut,
     Encode,
     Write,
@@ -30,12 +32,13 @@ pub enum StageId {
 
 impl StageId {
     /// All stages in pipeline order.
-    pub const ALL: [StageId; 8] = [
+    pub const ALL: [StageId; 9] = [
         StageId::Scan,
         StageId::ReadDecode,
         StageId::TransferIn,
         StageId::GpuDecode,
         StageId::Compute,
+        StageId::GpuEncode,
         StageId::TransferOut,
         StageId::Encode,
         StageId::Write,
@@ -49,6 +52,7 @@ impl StageId {
             StageId::TransferIn => "transfer in",
             StageId::GpuDecode => "gpu decode",
             StageId::Compute => "compute",
+            StageId::GpuEncode => "gpu encode",
             StageId::TransferOut => "transfer out",
             StageId::Encode => "encode",
             StageId::Write => "write",
@@ -64,13 +68,15 @@ impl StageId {
         StageId::ALL.iter().copied().find(|s| s.name() == name)
     }
 
-    /// Whether only some backends or inputs have this stage (host↔device transfers, GPU
-    /// decode of compressed frames): shown only once it counted a slice.
+    /// Whether this stage moves bytes between host and device.
     pub fn is_transfer(self) -> bool {
-        matches!(
-            self,
-            StageId::TransferIn | StageId::GpuDecode | StageId::TransferOut
-        )
+        matches!(self, StageId::TransferIn | StageId::TransferOut)
+    }
+
+    /// Whether only some backends or inputs have this stage (the transfers, GPU decode of
+    /// compressed frames, GPU encoding): shown only once it counted a slice.
+    pub fn is_optional(self) -> bool {
+        self.is_transfer() || matches!(self, StageId::GpuDecode | StageId::GpuEncode)
     }
 }
 
@@ -110,9 +116,11 @@ impl Pool {
             StageId::ReadDecode if layout.shared => Pool::Shared,
             StageId::ReadDecode => Pool::Loaders,
             StageId::Compute if layout.render_on_writers => finishing,
-            StageId::TransferIn | StageId::GpuDecode | StageId::Compute | StageId::TransferOut => {
-                Pool::RenderWorkers
-            }
+            StageId::TransferIn
+            | StageId::GpuDecode
+            | StageId::Compute
+            | StageId::GpuEncode
+            | StageId::TransferOut => Pool::RenderWorkers,
             StageId::Encode | StageId::Write => finishing,
         }
     }
@@ -216,6 +224,8 @@ pub struct GpuFigures {
     pub frames_gpu_decoded: u64,
     /// Frames sent to a GPU codec that the CPU decoder took over (unsupported or damaged).
     pub frames_decode_fallback: u64,
+    /// Who compresses the output: "CPU", or the GPU encoder's library and version.
+    pub encoder: String,
 }
 
 /// Counters of the run as a whole.
@@ -230,6 +240,9 @@ pub struct Totals {
     pub frames_existing: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
+    /// Frames the GPU compressed, and the compressed bytes it handed the writers.
+    pub gpu_encoded_frames: AtomicU64,
+    pub gpu_encoded_bytes: AtomicU64,
 }
 
 /// Everything the stages publish.
@@ -448,6 +461,8 @@ impl Stats {
             frames_existing: t.frames_existing.load(Ordering::Relaxed),
             bytes_in: t.bytes_in.load(Ordering::Relaxed),
             bytes_out: t.bytes_out.load(Ordering::Relaxed),
+            gpu_encoded_frames: t.gpu_encoded_frames.load(Ordering::Relaxed),
+            gpu_encoded_bytes: t.gpu_encoded_bytes.load(Ordering::Relaxed),
             paused: self.is_paused(),
             finished: self.is_finished(),
         }
@@ -650,6 +665,9 @@ pub struct Snapshot {
     pub frames_existing: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Frames compressed on the GPU, and the bytes that came back compressed.
+    pub gpu_encoded_frames: u64,
+    pub gpu_encoded_bytes: u64,
     pub paused: bool,
     pub finished: bool,
 }

@@ -16,13 +16,19 @@ pub fn png_filter_mode(opts: &EncodeOptions) -> Option<u32> {
     if opts.format != OutputFormat::Png || opts.png_compression != PngCompression::Fast {
         return None;
     }
-    Some(match opts.png_filter {
+    Some(png_filter_type(opts.png_filter))
+}
+
+/// A PNG filter setting as the GPU's filter kernel takes it: the filter type, or 5 for the
+/// adaptive choice.
+pub fn png_filter_type(filter: PngFilter) -> u32 {
+    match filter {
         PngFilter::None => 0,
         PngFilter::Sub => 1,
         PngFilter::Up => 2,
         PngFilter::Paeth => 4,
         PngFilter::Adaptive => 5,
-    })
+    }
 }
 
 /// Encoding settings.
@@ -95,6 +101,26 @@ impl ImageEncoder {
             }
         }
         Ok(&self.buf)
+    }
+
+    /// Wraps `zlib`, a zlib stream of PNG-filtered rows compressed elsewhere (the GPU), in the
+    /// PNG container: signature, IHDR, one IDAT, IEND, with their CRCs.
+    pub fn wrap_png_zlib(
+        &mut self,
+        width: u32,
+        height: u32,
+        channels: usize,
+        zlib: &[u8],
+    ) -> Result<&[u8], String> {
+        crate::output::png::png_from_zlib(&mut self.buf, width, height, channels, zlib)?;
+        Ok(&self.buf)
+    }
+
+    /// Takes a finished file encoded elsewhere (a JPEG from the GPU) as the output.
+    pub fn take_bytes(&mut self, bytes: &[u8]) -> &[u8] {
+        self.buf.clear();
+        self.buf.extend_from_slice(bytes);
+        &self.buf
     }
 
     /// The bytes of the last successful [`encode`](Self::encode).

@@ -6,3 +6,4 @@ pub mod naming;
 pub mod options;
 pub mod png;
 pub mod verify;
+pub mod zlib;

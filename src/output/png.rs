@@ -283,30 +283,14 @@ impl PngWriter {
         filtered: &[u8],
     ) -> Result<(), String> {
         let row_len = width as usize * channels;
-        let color_type = match channels {
-            1 => 0u8,
-            3 => 2u8,
-            n => return Err(format!("internal: PNG of {n} channels")),
-        };
+        let color_type = color_type(channels)?;
         if width == 0 || height == 0 || filtered.len() != (row_len + 1) * height as usize {
             return Err(format!(
                 "internal: {} filtered bytes for a {width}x{height}x{channels} PNG",
                 filtered.len()
             ));
         }
-        buf.clear();
-        buf.extend_from_slice(&[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n']);
-        let mut ihdr = [0u8; 13];
-        ihdr[..4].copy_from_slice(&width.to_be_bytes());
-        ihdr[4..8].copy_from_slice(&height.to_be_bytes());
-        ihdr[8] = 8; // bit depth
-        ihdr[9] = color_type;
-        // compression, filter method and interlace: all 0.
-        push_chunk(buf, b"IHDR", &ihdr);
-
-        let chunk_start = buf.len();
-        buf.extend_from_slice(&[0, 0, 0, 0]);
-        buf.extend_from_slice(b"IDAT");
+        let chunk_start = begin_idat(buf, width, height, color_type);
         let data_start = buf.len();
         let io = |e: std::io::Error| format!("PNG deflate: {e}");
         let mut deflate = fdeflate::Compressor::new(&mut *buf).map_err(io)?;
@@ -336,6 +320,58 @@ impl PngWriter {
         push_chunk(buf, b"IEND", &[]);
         Ok(())
     }
+}
+
+/// The PNG colour type of 8-bit samples with `channels` 1 (gray) or 3 (RGB).
+fn color_type(channels: usize) -> Result<u8, String> {
+    match channels {
+        1 => Ok(0),
+        3 => Ok(2),
+        n => Err(format!("internal: PNG of {n} channels")),
+    }
+}
+
+/// Clears `buf` and writes the signature, IHDR and the start of an IDAT chunk (its length
+/// left to [`finish_chunk`]); returns where the IDAT chunk starts.
+fn begin_idat(buf: &mut Vec<u8>, width: u32, height: u32, color_type: u8) -> usize {
+    buf.clear();
+    buf.extend_from_slice(&[0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n']);
+    let mut ihdr = [0u8; 13];
+    ihdr[..4].copy_from_slice(&width.to_be_bytes());
+    ihdr[4..8].copy_from_slice(&height.to_be_bytes());
+    ihdr[8] = 8; // bit depth
+    ihdr[9] = color_type;
+    // compression, filter method and interlace: all 0.
+    push_chunk(buf, b"IHDR", &ihdr);
+    let chunk_start = buf.len();
+    buf.extend_from_slice(&[0, 0, 0, 0]);
+    buf.extend_from_slice(b"IDAT");
+    chunk_start
+}
+
+/// Writes into `buf` an 8-bit gray (`channels` 1) or RGB (3) PNG whose image data is `zlib`,
+/// a complete zlib stream of the filtered rows (as the GPU encoder returns it): the container
+/// around it, with the chunk CRCs computed here.
+pub fn png_from_zlib(
+    buf: &mut Vec<u8>,
+    width: u32,
+    height: u32,
+    channels: usize,
+    zlib: &[u8],
+) -> Result<(), String> {
+    let color_type = color_type(channels)?;
+    if width == 0 || height == 0 || zlib.len() < 6 {
+        return Err(format!(
+            "internal: {} bytes of zlib data for a {width}x{height} PNG",
+            zlib.len()
+        ));
+    }
+    buf.reserve(zlib.len() + 64);
+    let chunk_start = begin_idat(buf, width, height, color_type);
+    buf.extend_from_slice(zlib);
+    finish_chunk(buf, chunk_start, zlib.len())?;
+    push_chunk(buf, b"IEND", &[]);
+    Ok(())
 }
 
 /// Appends a whole chunk: length, type, data, CRC of type + data.
@@ -482,6 +518,160 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Filtered rows of `px`, cut into `chunk`-byte pieces each deflated on its own by another
+    /// encoder (flate2 at several levels, fdeflate), stitched into one zlib stream whose
+    /// Adler-32 is combined from the pieces': what the GPU encoder does with nvCOMP's chunks.
+    fn zlib_from_pieces(width: u32, channels: usize, px: &[u8], chunk: usize) -> Vec<u8> {
+        use crate::output::zlib;
+        use std::io::Write;
+        let mut filtered = Vec::new();
+        let row_len = width as usize * channels;
+        filter_rows(PngFilter::Adaptive, px, row_len, channels, &mut filtered);
+        let pieces: Vec<Vec<u8>> = filtered
+            .chunks(chunk)
+            .enumerate()
+            .map(|(i, part)| {
+                if i % 3 == 2 {
+                    let z = fdeflate::compress_to_vec(part);
+                    return z[2..z.len() - 4].to_vec();
+                }
+                let level = flate2::Compression::new([1, 6][i % 3]);
+                let mut e = flate2::write::DeflateEncoder::new(Vec::new(), level);
+                e.write_all(part).unwrap();
+                e.finish().unwrap()
+            })
+            .collect();
+        let mut z = zlib::zlib_header(0).to_vec();
+        zlib::stitch(pieces.iter().map(Vec::as_slice), &mut z).unwrap();
+        let adler = filtered.chunks(chunk).fold(1, |a, p| {
+            zlib::adler32_combine(a, zlib::adler32(p), p.len() as u64)
+        });
+        z.extend_from_slice(&adler.to_be_bytes());
+        z
+    }
+
+    /// The zlib stream the GPU encoder makes: the filtered rows in one gzip member (here from
+    /// flate2), rewritten to zlib with the Adler-32 combined from 64 KiB chunks.
+    fn zlib_from_member(width: u32, channels: usize, px: &[u8]) -> Vec<u8> {
+        use crate::output::zlib;
+        use std::io::Write;
+        let mut filtered = Vec::new();
+        filter_rows(
+            PngFilter::Adaptive,
+            px,
+            width as usize * channels,
+            channels,
+            &mut filtered,
+        );
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(&filtered).unwrap();
+        let member = e.finish().unwrap();
+        let adler = filtered.chunks(65_536).fold(1, |a, c| {
+            zlib::adler32_combine(a, zlib::adler32(c), c.len() as u64)
+        });
+        let mut z = Vec::new();
+        zlib::zlib_from_gzip(&member, filtered.len() as u64, adler, 0, &mut z).unwrap();
+        z
+    }
+
+    /// Pixels Pillow decodes from `path` (None when Python or Pillow is missing: CI installs
+    /// them, .ci/run).
+    fn pillow_pixels(path: &std::path::Path) -> Option<Vec<u8>> {
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sys; from PIL import Image; im = Image.open(sys.argv[1]); im.load(); \
+                 sys.stdout.buffer.write(im.tobytes())",
+            ])
+            .arg(path)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("No module named"),
+                "Pillow failed on {}: {err}",
+                path.display()
+            );
+            return None;
+        }
+        Some(out.stdout)
+    }
+
+    /// `pngcheck`'s verdict on `path`: `Some(output)` when it ran (`None` when it is missing).
+    fn pngcheck(path: &std::path::Path) -> Option<(bool, String)> {
+        let out = std::process::Command::new("pngcheck")
+            .arg("-v")
+            .arg(path)
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        Some((out.status.success(), text))
+    }
+
+    #[test]
+    fn png_from_joined_streams_decodes_in_png_image_pillow_and_pngcheck() {
+        let dir = crate::scratch_dir("png-from-zlib");
+        let mut skipped = Vec::new();
+        for (kind, w, h, channels, chunk) in [
+            (0, 512, 300, 1, 65_536),
+            (1, 257, 129, 3, 65_536),
+            (4, 130, 33, 1, 1000),
+            (2, 64, 64, 3, 4096),
+            (3, 300, 200, 1, 65_536),
+            // chunk 0: one gzip member, the GPU encoder's route.
+            (0, 700, 400, 1, 0),
+            (1, 301, 77, 3, 0),
+        ] {
+            let px = image(kind, w, h, channels);
+            let z = if chunk == 0 {
+                zlib_from_member(w as u32, channels, &px)
+            } else {
+                zlib_from_pieces(w as u32, channels, &px, chunk)
+            };
+            let mut bytes = Vec::new();
+            png_from_zlib(&mut bytes, w as u32, h as u32, channels, &z).unwrap();
+            let what = format!("image {kind}, {w}x{h}x{channels}, pieces of {chunk} (0: gzip)");
+
+            let mut dec = png::Decoder::new(std::io::Cursor::new(&bytes))
+                .read_info()
+                .unwrap();
+            let mut back = vec![0; dec.output_buffer_size().unwrap()];
+            dec.next_frame(&mut back).unwrap();
+            assert_eq!(back, px, "png crate, {what}");
+            let img = image::load_from_memory(&bytes).unwrap();
+            assert_eq!(img.as_bytes(), &px[..], "image crate, {what}");
+
+            let path = dir.join(format!("{kind}.png"));
+            std::fs::write(&path, &bytes).unwrap();
+            match pillow_pixels(&path) {
+                Some(p) => assert_eq!(p, px, "Pillow, {what}"),
+                None => skipped.push("Pillow"),
+            }
+            match pngcheck(&path) {
+                Some((ok, text)) => {
+                    assert!(ok, "pngcheck, {what}: {text}");
+                    assert!(!text.to_lowercase().contains("warning"), "{what}: {text}");
+                }
+                None => skipped.push("pngcheck"),
+            }
+        }
+        if !skipped.is_empty() {
+            skipped.dedup();
+            eprintln!("note: not installed, skipped: {}", skipped.join(", "));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn png_from_zlib_rejects_what_it_cannot_wrap() {
+        let mut buf = Vec::new();
+        assert!(png_from_zlib(&mut buf, 4, 4, 2, &[0x78, 1, 3, 0, 0, 0, 0, 1]).is_err());
+        assert!(png_from_zlib(&mut buf, 0, 4, 1, &[0x78, 1, 3, 0, 0, 0, 0, 1]).is_err());
+        assert!(png_from_zlib(&mut buf, 4, 4, 1, &[0x78]).is_err());
     }
 
     #[test]

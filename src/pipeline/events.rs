@@ -13,12 +13,20 @@ use crate::observe::stats::{ErrorEntry, Stats};
 use crate::paths::Escaped;
 use crate::pipeline::Sizing;
 use crate::render::plan::Window;
+use crate::source::live::{Done, LiveInput, Outcome};
 
 /// A stage's report about one file or frame.
 #[derive(Debug)]
 pub enum Event {
-    /// Not DICOM or not an image: listed, not a failure.
-    Skipped { path: PathBuf, reason: String },
+    /// Not DICOM or not an image: listed, not a failure. `id` when the file had one (a
+    /// candidate the loader found not to be an image, or a live input).
+    Skipped {
+        id: Option<usize>,
+        path: PathBuf,
+        reason: String,
+    },
+    /// A live input became file `id` (sent before any other event about it).
+    Arrived { id: usize, input: LiveInput },
     /// The whole file failed before any frame was produced.
     FileFailed {
         id: Option<usize>,
@@ -66,6 +74,23 @@ pub enum Event {
     FrameCancelled { id: usize, frame: u32 },
     /// A file found by the scan was not opened because the run was cancelled.
     FileNotStarted { path: PathBuf },
+}
+
+impl Event {
+    /// The file the event is about, when it has an id.
+    pub fn file_id(&self) -> Option<usize> {
+        match self {
+            Event::FileStarted { id, .. }
+            | Event::FrameDone { id, .. }
+            | Event::FrameExisting { id, .. }
+            | Event::FrameFailed { id, .. }
+            | Event::FrameCancelled { id, .. }
+            | Event::FrameWarning { id, .. }
+            | Event::Arrived { id, .. } => Some(*id),
+            Event::FileFailed { id, .. } | Event::Skipped { id, .. } => *id,
+            Event::FileNotStarted { .. } => None,
+        }
+    }
 }
 
 /// Header facts kept for the report.
@@ -156,6 +181,23 @@ impl FileRecord {
             cancelled_frames: 0,
             not_started: false,
         }
+    }
+
+    /// True once every frame is accounted for (or the file ended before its frames): no
+    /// further event can change its status.
+    fn complete(&self) -> bool {
+        if self.skip_reason.is_some() || self.not_started {
+            return true;
+        }
+        // A failure of the whole file (before or, after a caught panic, during its frames).
+        if self.failures.iter().any(|f| f.frame.is_none()) {
+            return true;
+        }
+        let Some(meta) = &self.meta else {
+            return false;
+        };
+        let failed = self.failures.iter().filter(|f| f.frame.is_some()).count();
+        self.outputs.len() + failed + self.cancelled_frames as usize >= meta.frames as usize
     }
 
     fn settle(&mut self) {
@@ -265,6 +307,21 @@ pub struct Collector {
     fail_fast: bool,
     cancel: Arc<AtomicBool>,
     stats: Arc<Stats>,
+    live: Option<LiveRecords>,
+}
+
+/// Failed files a live run keeps for its report; beyond these only the counts grow.
+const LIVE_KEPT_FAILURES: usize = 1000;
+
+/// What a run of live inputs keeps: its inputs until they are done, then only their counts
+/// (and the first failures), so that a run without end holds bounded memory.
+struct LiveRecords {
+    done: crossbeam_channel::Sender<Done>,
+    inputs: HashMap<usize, LiveInput>,
+    settled: Totals,
+    frames_per_device: std::collections::BTreeMap<String, u64>,
+    /// Failed files kept for the report (already counted in `settled`).
+    failures: Vec<FileRecord>,
 }
 
 impl Collector {
@@ -275,6 +332,66 @@ impl Collector {
             fail_fast,
             cancel,
             stats,
+            live: None,
+        }
+    }
+
+    /// A collector for live inputs: each file, once done, is reported on `done` and folded
+    /// into the totals.
+    pub fn live(mut self, done: crossbeam_channel::Sender<Done>) -> Self {
+        self.live = Some(LiveRecords {
+            done,
+            inputs: HashMap::new(),
+            settled: Totals::default(),
+            frames_per_device: Default::default(),
+            failures: Vec::new(),
+        });
+        self
+    }
+
+    /// For a live run: sends file `id`'s outcome once it is complete and forgets it (failed
+    /// files stay for the report, up to [`LIVE_KEPT_FAILURES`]).
+    fn settle_live(&mut self, id: usize) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        if !self.by_id.get(&id).is_some_and(FileRecord::complete) {
+            return;
+        }
+        let Some(mut record) = self.by_id.remove(&id) else {
+            return;
+        };
+        record.settle();
+        add_to_totals(&record, &mut live.settled, &mut live.frames_per_device);
+        if let Some(input) = live.inputs.remove(&id) {
+            let outcome = match record.status {
+                FileStatus::Ok => Outcome::Rendered,
+                FileStatus::Skipped => Outcome::Skipped,
+                FileStatus::Failed | FileStatus::Partial => Outcome::Failed,
+                FileStatus::Cancelled => Outcome::Cancelled,
+            };
+            let _ = live.done.send(Done {
+                input,
+                outcome,
+                at: std::time::Instant::now(),
+            });
+        }
+        let failed = matches!(record.status, FileStatus::Failed | FileStatus::Partial);
+        if failed && live.failures.len() < LIVE_KEPT_FAILURES {
+            record.outputs.sort_by_key(|o| o.frame);
+            live.failures.push(record);
+        }
+    }
+
+    /// True for an event about a live file already settled (a frame still in flight when a
+    /// caught panic failed its file): it changes nothing any more.
+    fn is_late(&self, event: &Event) -> bool {
+        match (&self.live, event) {
+            (_, Event::Arrived { .. }) => false,
+            (Some(live), event) => event
+                .file_id()
+                .is_some_and(|id| !live.inputs.contains_key(&id)),
+            (None, _) => false,
         }
     }
 
@@ -296,16 +413,44 @@ impl Collector {
             .or_insert_with(|| FileRecord::new(path.cloned().unwrap_or_default()))
     }
 
+    /// File `id`'s record, or a new record of its own for a file without an id.
+    fn record_or_new(&mut self, id: Option<usize>, path: PathBuf) -> &mut FileRecord {
+        match id {
+            Some(id) => self.record(id, Some(&path)),
+            None => {
+                self.others.push(FileRecord::new(path));
+                self.others
+                    .last_mut()
+                    .unwrap_or_else(|| unreachable!("just pushed"))
+            }
+        }
+    }
+
     /// Takes one event into account.
     pub fn handle(&mut self, event: Event) {
+        if self.is_late(&event) {
+            tracing::debug!("late event for a file already done: {event:?}");
+            return;
+        }
+        let id = event.file_id();
+        self.take(event);
+        if let Some(id) = id {
+            self.settle_live(id);
+        }
+    }
+
+    fn take(&mut self, event: Event) {
         let t = &self.stats.totals;
         match event {
-            Event::Skipped { path, reason } => {
+            Event::Arrived { id, input } => {
+                if let Some(live) = self.live.as_mut() {
+                    live.inputs.insert(id, input);
+                }
+            }
+            Event::Skipped { id, path, reason } => {
                 t.files_skipped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(path = %Escaped(&path), "skipped: {reason}");
-                let mut r = FileRecord::new(path);
-                r.skip_reason = Some(reason);
-                self.others.push(r);
+                self.record_or_new(id, path).skip_reason = Some(reason);
             }
             Event::FileFailed {
                 id,
@@ -315,16 +460,7 @@ impl Collector {
             } => {
                 t.files_failed.fetch_add(1, Ordering::Relaxed);
                 self.failure(&path, stage, &reason);
-                let rec = match id {
-                    Some(id) => self.record(id, Some(&path)),
-                    None => {
-                        self.others.push(FileRecord::new(path));
-                        self.others
-                            .last_mut()
-                            .unwrap_or_else(|| unreachable!("just pushed"))
-                    }
-                };
-                rec.failures.push(FailureRecord {
+                self.record_or_new(id, path).failures.push(FailureRecord {
                     frame: None,
                     stage,
                     reason,
@@ -414,34 +550,17 @@ impl Collector {
     ) -> RunResult {
         let mut files: Vec<FileRecord> = self.by_id.drain().map(|(_, r)| r).collect();
         files.append(&mut self.others);
-        let mut totals = Totals::default();
-        let mut frames_per_device = std::collections::BTreeMap::new();
+        let (mut totals, mut frames_per_device, kept) = match self.live.take() {
+            Some(live) => (live.settled, live.frames_per_device, live.failures),
+            None => Default::default(),
+        };
         for f in &mut files {
-            for o in f.outputs.iter().filter(|o| !o.existing) {
-                if let Some(d) = o.device {
-                    *frames_per_device.entry(d.to_string()).or_insert(0u64) += 1;
-                }
-            }
             f.settle();
             f.outputs.sort_by_key(|o| o.frame);
-            totals.files += 1;
-            match f.status {
-                FileStatus::Ok => totals.files_ok += 1,
-                FileStatus::Failed => totals.files_failed += 1,
-                FileStatus::Partial => totals.files_partial += 1,
-                FileStatus::Skipped => totals.files_skipped += 1,
-                FileStatus::Cancelled => totals.files_cancelled += 1,
-            }
-            for o in &f.outputs {
-                if o.existing {
-                    totals.frames_existing += 1;
-                } else {
-                    totals.frames_written += 1;
-                    totals.output_bytes += o.bytes;
-                }
-            }
-            totals.frames_failed += f.failures.iter().filter(|x| x.frame.is_some()).count();
+            add_to_totals(f, &mut totals, &mut frames_per_device);
         }
+        // Failed files a live run kept are already in its totals.
+        files.extend(kept);
         files.sort_by(|a, b| {
             fn key(r: &FileRecord) -> crate::source::series::SeriesKey<'_> {
                 crate::source::series::SeriesKey {
@@ -468,4 +587,34 @@ impl Collector {
             frames_per_device,
         }
     }
+}
+
+/// Adds one settled file to `totals` (and its frames to the per-device counts).
+fn add_to_totals(
+    f: &FileRecord,
+    totals: &mut Totals,
+    frames_per_device: &mut std::collections::BTreeMap<String, u64>,
+) {
+    for o in f.outputs.iter().filter(|o| !o.existing) {
+        if let Some(d) = o.device {
+            *frames_per_device.entry(d.to_string()).or_insert(0u64) += 1;
+        }
+    }
+    totals.files += 1;
+    match f.status {
+        FileStatus::Ok => totals.files_ok += 1,
+        FileStatus::Failed => totals.files_failed += 1,
+        FileStatus::Partial => totals.files_partial += 1,
+        FileStatus::Skipped => totals.files_skipped += 1,
+        FileStatus::Cancelled => totals.files_cancelled += 1,
+    }
+    for o in &f.outputs {
+        if o.existing {
+            totals.frames_existing += 1;
+        } else {
+            totals.frames_written += 1;
+            totals.output_bytes += o.bytes;
+        }
+    }
+    totals.frames_failed += f.failures.iter().filter(|x| x.frame.is_some()).count();
 }

@@ -22,12 +22,13 @@ use crate::backend::Backend;
 use crate::error::FatalError;
 use crate::observe::stats::{Stats, ThreadLayout};
 use crate::observe::trace::Tracer;
+use crate::source::live::{Done, FeedReceiver};
 use crate::source::Sources;
 use options::{Job, Layout, PipelineOptions};
 
 use crate::memory::SlotPool;
 pub use events::{Collector, Event, FileRecord, FileStatus, RunResult};
-pub use prepare::{first_file_slot_hint, select_backend, select_backend_for};
+pub use prepare::{first_file_slot_hint, output_wish, select_backend, select_backend_for};
 
 /// Thread counts and ring depth actually used.
 #[derive(Debug, Clone, Copy, serde::Serialize)]
@@ -144,6 +145,9 @@ impl Sizing {
 /// Shared, read-only context of the stage threads.
 pub(crate) struct Context<'a> {
     pub job: &'a Job,
+    /// Inputs arrive while the run goes on (no output claims: a name that arrives again is
+    /// rendered again).
+    pub live: bool,
     pub stats: Arc<Stats>,
     pub cancel: Arc<AtomicBool>,
     pub pool: SlotPool,
@@ -192,6 +196,39 @@ fn check_output_dir(out: &std::path::Path, inputs: &[PathBuf]) -> Result<(), Fat
     Ok(())
 }
 
+/// Where a run's inputs come from.
+enum Inputs<'a> {
+    /// Files and folders walked once (all, a shard, or a manifest's shard).
+    Sources(&'a Sources),
+    /// Inputs that arrive while the run goes on; each one's outcome goes to `done`.
+    Live {
+        feed: &'a FeedReceiver,
+        done: crossbeam_channel::Sender<Done>,
+    },
+}
+
+/// What the scan stage reads.
+enum Scan<'a> {
+    Walk(&'a Sources),
+    Feed(&'a FeedReceiver),
+}
+
+/// Processes inputs as they arrive from `feed` until it ends (its sources stopped and every
+/// input is done), sending each one's outcome on `done` as soon as its outputs are written.
+/// The result lists only failed files (the first ones); its totals count every file.
+pub fn run_live(
+    job: &Job,
+    feed: &FeedReceiver,
+    done: crossbeam_channel::Sender<Done>,
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
+    let inputs = Inputs::Live { feed, done };
+    run_inputs(job, inputs, backend, stats, cancel, tracer)
+}
+
 /// Processes `inputs` with `backend` and returns what happened to every file.
 /// `cancel` stops loading new frames (in-flight frames are finished, nothing partial is left).
 pub fn run(
@@ -216,6 +253,24 @@ pub fn run_sources(
     cancel: Arc<AtomicBool>,
     tracer: Option<Arc<Tracer>>,
 ) -> Result<RunResult, FatalError> {
+    run_inputs(
+        job,
+        Inputs::Sources(sources),
+        backend,
+        stats,
+        cancel,
+        tracer,
+    )
+}
+
+fn run_inputs(
+    job: &Job,
+    inputs: Inputs,
+    backend: Arc<dyn Backend>,
+    stats: Arc<Stats>,
+    cancel: Arc<AtomicBool>,
+    tracer: Option<Arc<Tracer>>,
+) -> Result<RunResult, FatalError> {
     let started = Instant::now();
     let sizing = Sizing::of(&job.pipeline, backend.as_ref());
     if sizing.shared && job.pipeline.loaders > 0 {
@@ -224,7 +279,9 @@ pub fn run_sources(
             job.pipeline.loaders
         );
     }
-    check_output_dir(&job.output.dir, &sources.roots())?;
+    if let Inputs::Sources(sources) = &inputs {
+        check_output_dir(&job.output.dir, &sources.roots())?;
+    }
     std::fs::create_dir_all(&job.output.dir).map_err(|source| FatalError::OutputDir {
         path: job.output.dir.clone(),
         source,
@@ -320,9 +377,18 @@ pub fn run_sources(
         files: crate::output::atomic::OutputFiles::new(job.output.sync),
         tracer,
         backend: backend.clone(),
+        live: matches!(inputs, Inputs::Live { .. }),
     };
 
     let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone());
+    // What the scan stage reads; a live run's outcomes go to `done` from the collector.
+    let scan = match inputs {
+        Inputs::Sources(sources) => Scan::Walk(sources),
+        Inputs::Live { feed, done } => {
+            collector = collector.live(done);
+            Scan::Feed(feed)
+        }
+    };
     std::thread::scope(|s| -> Result<(), FatalError> {
         let event_tx = event_tx;
         let ctx = &ctx;
@@ -339,7 +405,14 @@ pub fn run_sources(
         )?;
         spawn_named(s, "scan".into(), {
             let ev = event_tx.clone();
-            Box::new(move || stages::scan_stage(ctx, sources, scan_tx, ev))
+            match scan {
+                Scan::Walk(sources) => {
+                    Box::new(move || stages::scan_stage(ctx, sources, scan_tx, ev))
+                }
+                Scan::Feed(feed) => {
+                    Box::new(move || stages::live_scan_stage(ctx, feed, scan_tx, ev))
+                }
+            }
         })?;
         for i in 0..sizing.loaders {
             let (rx, tx, ev) = (scan_rx.clone(), load_tx.clone(), event_tx.clone());
@@ -542,6 +615,215 @@ mod tests {
                 );
             });
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A backend standing in for the CUDA backend with a GPU encoder: it renders on the CPU,
+    /// then "encodes on the device" with other encoders (flate2's gzip member rewritten to zlib
+    /// as `kernels/zlib.cu` does; the `image` crate's JPEG), leaving compressed bytes in the
+    /// slot as the CUDA worker does, and every third PNG frame as filtered rows (the fallback).
+    struct EncodingBackend {
+        format: crate::output::options::OutputFormat,
+        /// Frames rendered by all workers (every third falls back).
+        frames: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    struct EncodingWorker {
+        format: crate::output::options::OutputFormat,
+        cpu: crate::backend::cpu::CpuRenderer,
+        frames: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Backend for EncodingBackend {
+        fn info(&self) -> crate::backend::BackendInfo {
+            crate::backend::BackendInfo {
+                name: "test-gpu".into(),
+                devices: vec![],
+                transfer: "none".into(),
+                reason: "test".into(),
+                decode: vec![],
+                encoder: "gpu: test".into(),
+                encoder_reason: "test".into(),
+            }
+        }
+        fn allocator(&self) -> Arc<dyn crate::memory::HostAllocator> {
+            Arc::new(crate::memory::HeapAllocator::default())
+        }
+        fn worker(
+            &self,
+            _index: usize,
+        ) -> Result<Box<dyn crate::backend::RenderWorker>, crate::backend::BackendError> {
+            Ok(Box::new(EncodingWorker {
+                format: self.format,
+                cpu: Default::default(),
+                frames: self.frames.clone(),
+            }))
+        }
+        fn default_workers(&self) -> usize {
+            2
+        }
+    }
+
+    impl crate::backend::RenderWorker for EncodingWorker {
+        fn render(
+            &mut self,
+            plan: &crate::render::plan::FramePlan,
+            slot: &mut crate::memory::Slot,
+        ) -> Result<crate::backend::RenderOutcome, crate::backend::RenderError> {
+            use crate::backend::Encoded;
+            use crate::output::options::{OutputFormat, PngFilter};
+            use std::io::Write;
+            let mut pixels = vec![0u8; plan.output_bytes()];
+            let input = slot.input.bytes(plan.input_bytes()).to_vec();
+            let window = self.cpu.render_bytes(plan, &input, &mut pixels)?;
+            let (w, h, ch) = (plan.cols, plan.rows, plan.channels());
+            let cap = plan.output_capacity();
+            let n = 1 + self
+                .frames
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut outcome = crate::backend::RenderOutcome {
+                window,
+                timings: crate::backend::RenderTimings {
+                    compute: std::time::Duration::from_micros(50),
+                    encode: std::time::Duration::from_micros(70),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            match self.format {
+                OutputFormat::Png => {
+                    let mut rows = Vec::new();
+                    crate::output::png::filter_rows(
+                        PngFilter::Adaptive,
+                        &pixels,
+                        w as usize * ch,
+                        ch,
+                        &mut rows,
+                    );
+                    if n.is_multiple_of(3) {
+                        slot.output.bytes_mut(cap).copy_from_slice(&rows);
+                        outcome.png_rows = true;
+                        outcome.timings.encode = std::time::Duration::ZERO;
+                        return Ok(outcome);
+                    }
+                    let mut e =
+                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                    e.write_all(&rows).unwrap();
+                    let member = e.finish().unwrap();
+                    let adler = crate::output::zlib::adler32(&rows);
+                    let mut z = Vec::new();
+                    crate::output::zlib::zlib_from_gzip(
+                        &member,
+                        rows.len() as u64,
+                        adler,
+                        0,
+                        &mut z,
+                    )
+                    .unwrap();
+                    let out = slot.output.bytes_mut(8 + z.len());
+                    out[..8].copy_from_slice(&(z.len() as u64).to_le_bytes());
+                    out[8..].copy_from_slice(&z);
+                    outcome.encoded = Some(Encoded::PngZlib {
+                        offset: 8,
+                        len: z.len(),
+                    });
+                }
+                _ => {
+                    let mut jpeg = Vec::new();
+                    let color = if ch == 1 {
+                        image::ExtendedColorType::L8
+                    } else {
+                        image::ExtendedColorType::Rgb8
+                    };
+                    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90)
+                        .encode(&pixels, w, h, color)
+                        .unwrap();
+                    slot.output.bytes_mut(jpeg.len()).copy_from_slice(&jpeg);
+                    outcome.encoded = Some(Encoded::Jpeg { len: jpeg.len() });
+                }
+            }
+            Ok(outcome)
+        }
+    }
+
+    #[test]
+    fn writers_wrap_what_a_gpu_encoder_left_in_the_slot() {
+        use crate::observe::stats::StageId;
+        use crate::output::options::{OutputFormat, OutputOptions};
+        let dir = crate::scratch_dir("gpu-encoded");
+        let input = dir.join("in");
+        let opts = crate::source::synth::SynthOptions {
+            size: 96,
+            slices: 9,
+            ..Default::default()
+        };
+        crate::source::synth::write_series(&input, &opts).unwrap();
+        let run_with = |backend: Arc<dyn Backend>, format: OutputFormat, out: &str| {
+            let job = Job {
+                pipeline: PipelineOptions {
+                    layout: Layout::Stages,
+                    loaders: 1,
+                    writers: 2,
+                    ..PipelineOptions::default()
+                },
+                output: OutputOptions {
+                    dir: dir.join(out),
+                    format,
+                    ..Default::default()
+                },
+                ..Job::default()
+            };
+            let stats = Stats::new();
+            let result = run(
+                &job,
+                std::slice::from_ref(&input),
+                backend,
+                stats.clone(),
+                Arc::new(AtomicBool::new(false)),
+                None,
+            )
+            .unwrap();
+            assert_eq!(result.exit_code(), 0);
+            (result, stats.snapshot())
+        };
+        let decoded = |out: &str, ext: &str| -> Vec<Vec<u8>> {
+            let mut files: Vec<_> = std::fs::read_dir(dir.join(out))
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == ext))
+                .collect();
+            files.sort();
+            files
+                .iter()
+                .map(|p| image::open(p).unwrap().into_bytes())
+                .collect()
+        };
+        let cpu: Arc<dyn Backend> = Arc::new(crate::backend::cpu::CpuBackend::new("test"));
+        run_with(cpu, OutputFormat::Png, "cpu");
+        let gpu: Arc<dyn Backend> = Arc::new(EncodingBackend {
+            format: OutputFormat::Png,
+            frames: Default::default(),
+        });
+        let (result, snap) = run_with(gpu, OutputFormat::Png, "gpu");
+        assert_eq!(result.backend.encoder, "gpu: test");
+        assert_eq!(result.totals.frames_written, 9);
+        // Every third frame (of all workers) fell back to filtered rows: the writers deflated
+        // those.
+        assert_eq!(snap.gpu_encoded_frames, 6);
+        assert!(snap.gpu_encoded_bytes > 0);
+        assert_eq!(snap.stages[StageId::GpuEncode as usize].count, 6);
+        let (a, b) = (decoded("cpu", "png"), decoded("gpu", "png"));
+        assert_eq!(a.len(), 9);
+        assert_eq!(a, b, "pixels of GPU-encoded PNGs differ from the CPU's");
+
+        let jpeg: Arc<dyn Backend> = Arc::new(EncodingBackend {
+            format: OutputFormat::Jpeg,
+            frames: Default::default(),
+        });
+        let (_, snap) = run_with(jpeg, OutputFormat::Jpeg, "jpeg");
+        assert_eq!(snap.gpu_encoded_frames, 9);
+        assert_eq!(decoded("jpeg", "jpg").len(), 9);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -131,6 +131,21 @@ impl Outputs {
     }
 }
 
+impl Outputs {
+    /// For an input that arrived while the run goes on (no listing, no claims): `Err` when
+    /// `output` is that input file itself (device and inode `input`).
+    pub fn not_the_input(&self, output: &Path, input: FileKey) -> Result<(), String> {
+        match std::fs::symlink_metadata(output) {
+            Ok(m) if crate::source::key_of(&m) == input => Err(format!(
+                "output {} is the input file itself: it is never replaced (choose an output \
+                 folder outside the watched folders)",
+                Escaped(output)
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::options::{BackendChoice, BackendOptions, GpuDecode};
-use crate::backend::Backend;
+use crate::backend::{Backend, OutputWish};
 use crate::decode::compressed::GpuCodec;
 use crate::error::FatalError;
 use crate::memory::{round_up, SlotHint};
+use crate::output::options::{OutputFormat, OutputOptions, PngCompression};
 use crate::source::Sources;
 
 use super::options::{Job, PipelineOptions};
@@ -38,7 +39,7 @@ pub fn select_backend_for(
     sources: &Sources,
 ) -> Result<Arc<dyn Backend>, FatalError> {
     let inputs = &sources.roots()[..];
-    let png_filter = crate::output::encode::png_filter_mode(&job.output.encode());
+    let wish = output_wish(&job.output);
     let tuned = with_decode_streams(options, job, inputs);
     let options = tuned.as_ref().unwrap_or(options);
     match options.choice {
@@ -47,7 +48,7 @@ pub fn select_backend_for(
             let hint = |workers: usize| first_file_slot_hint(job, inputs, workers);
             CudaBackend::new_prepared(
                 &options.gpu,
-                png_filter,
+                &wish,
                 "requested (backend = cuda)",
                 (!inputs.is_empty()).then_some(&hint as _),
             )
@@ -65,7 +66,7 @@ pub fn select_backend_for(
                 // The driver is there: initialize it in the background while the CPU starts.
                 None => Ok(Arc::new(crate::backend::warm::WarmStart::start(
                     &options.gpu,
-                    png_filter,
+                    &wish,
                 ))),
             },
             Err(why) => {
@@ -73,6 +74,36 @@ pub fn select_backend_for(
                 Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
             }
         },
+    }
+}
+
+/// What the writers want from a GPU render worker for `output`: rows PNG-filtered for a fast
+/// PNG the writers deflate, and the encoder the GPU could run instead (when `gpu.encode`
+/// allows it): nvCOMP for compressed PNG, nvJPEG for JPEG; none for TIFF, BMP and uncompressed
+/// PNG.
+pub fn output_wish(output: &OutputOptions) -> OutputWish {
+    use crate::backend::cuda::encode::{GpuEncodeWish, PngEffort};
+    let encode = output.encode();
+    let gpu_encode = match output.format {
+        OutputFormat::Png => match output.png_compression {
+            PngCompression::None => Err("png_compression = none has nothing to compress".into()),
+            compression => Ok(GpuEncodeWish::Png {
+                filter: crate::output::encode::png_filter_type(output.png_filter),
+                effort: if compression == PngCompression::Fast {
+                    PngEffort::Fast
+                } else {
+                    PngEffort::Strong
+                },
+            }),
+        },
+        OutputFormat::Jpeg => Ok(GpuEncodeWish::Jpeg {
+            quality: output.jpeg_quality,
+        }),
+        other => Err(format!("no GPU encoder for {} output", other.extension())),
+    };
+    OutputWish {
+        png_filter: crate::output::encode::png_filter_mode(&encode),
+        gpu_encode,
     }
 }
 
@@ -237,5 +268,71 @@ mod tests {
             None
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_output_says_which_gpu_encoder_could_run() {
+        use crate::backend::cuda::encode::{GpuEncodeWish, PngEffort};
+        use crate::output::options::PngFilter;
+        let out = |format, png_compression, png_filter| OutputOptions {
+            format,
+            png_compression,
+            png_filter,
+            jpeg_quality: 85,
+            ..OutputOptions::default()
+        };
+        let w = output_wish(&out(
+            OutputFormat::Png,
+            PngCompression::Fast,
+            PngFilter::Adaptive,
+        ));
+        assert_eq!(w.png_filter, Some(5));
+        assert_eq!(
+            w.gpu_encode,
+            Ok(GpuEncodeWish::Png {
+                filter: 5,
+                effort: PngEffort::Fast
+            })
+        );
+        // Balanced PNG: no rows for the writers (they use the png crate on pixels), but the
+        // GPU filters and compresses harder.
+        let w = output_wish(&out(
+            OutputFormat::Png,
+            PngCompression::Balanced,
+            PngFilter::Paeth,
+        ));
+        assert_eq!(w.png_filter, None);
+        assert_eq!(
+            w.gpu_encode,
+            Ok(GpuEncodeWish::Png {
+                filter: 4,
+                effort: PngEffort::Strong
+            })
+        );
+        let w = output_wish(&out(
+            OutputFormat::Jpeg,
+            PngCompression::Fast,
+            PngFilter::Adaptive,
+        ));
+        assert_eq!(w.png_filter, None);
+        assert_eq!(w.gpu_encode, Ok(GpuEncodeWish::Jpeg { quality: 85 }));
+        let none = output_wish(&out(
+            OutputFormat::Png,
+            PngCompression::None,
+            PngFilter::Adaptive,
+        ));
+        assert!(none
+            .gpu_encode
+            .unwrap_err()
+            .contains("png_compression = none"));
+        let tiff = output_wish(&out(
+            OutputFormat::Tiff,
+            PngCompression::Fast,
+            PngFilter::Adaptive,
+        ));
+        assert!(tiff
+            .gpu_encode
+            .unwrap_err()
+            .contains("no GPU encoder for tiff"));
     }
 }

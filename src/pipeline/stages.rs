@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::backend::RenderWorker;
+use crate::backend::{Encoded, RenderWorker};
 use crate::decode::compressed::{self, EncodedFrame, FrameCoding};
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
 use crate::error::Stage;
@@ -24,7 +24,8 @@ use crate::paths::Escaped;
 use crate::pipeline::events::{Event, FileMeta};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
-use crate::source::{Candidate, ScanItem, Sources};
+use crate::source::live::FeedReceiver;
+use crate::source::{self, Candidate, ScanItem, Sources};
 
 /// One frame in flight: its slot, its plan, and where it goes.
 pub(crate) struct InFlight {
@@ -41,6 +42,8 @@ pub(crate) struct InFlight {
     device: Option<usize>,
     /// The slot holds PNG-filtered rows, not pixels (`RenderOutcome::png_rows`).
     png_rows: bool,
+    /// The slot holds bytes the GPU compressed (`RenderOutcome::encoded`).
+    encoded: Option<Encoded>,
 }
 
 fn panic_reason(what: &str) -> String {
@@ -93,34 +96,80 @@ pub(crate) fn scan_stage(
             t.span(StageId::Scan, &Escaped(path).to_string(), last, now);
         }
         ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
-        let ok = match item {
-            ScanItem::Skipped { path, reason } => {
-                events.send(Event::Skipped { path, reason }).is_ok()
-            }
-            ScanItem::Error { path, reason } => send_failure(
-                ctx,
-                &events,
-                Event::FileFailed {
-                    id: None,
-                    path,
-                    stage: Stage::Scan,
-                    reason,
-                },
-            ),
-            ScanItem::NotStarted { path } => events.send(Event::FileNotStarted { path }).is_ok(),
-            // Probed as the cancel came: not started either.
-            ScanItem::Dicom(c) if ctx.cancel.load(Ordering::Relaxed) => {
-                events.send(Event::FileNotStarted { path: c.path }).is_ok()
-            }
-            ScanItem::Dicom(c) => match assign_output(ctx, c, &events) {
-                Some(c) => tx.send(ScanItem::Dicom(c)).is_ok(),
-                // Reported: the file failed, or is no image.
-                None => true,
-            },
-        };
+        let ok = hand_on(ctx, item, None, &tx, &events);
         last = Instant::now();
         ok
     });
+}
+
+/// Sends what the scan found on: candidates (with their output names) to the loaders, the
+/// others to the collector. `id`: the file's, when it has one before it is opened, as a live
+/// input does. False when the run is ending.
+fn hand_on(
+    ctx: &Context,
+    item: ScanItem,
+    id: Option<usize>,
+    tx: &Sender<ScanItem>,
+    events: &Sender<Event>,
+) -> bool {
+    match item {
+        ScanItem::Skipped { path, reason } => {
+            events.send(Event::Skipped { id, path, reason }).is_ok()
+        }
+        ScanItem::Error { path, reason } => send_failure(
+            ctx,
+            events,
+            Event::FileFailed {
+                id,
+                path,
+                stage: Stage::Scan,
+                reason,
+            },
+        ),
+        ScanItem::NotStarted { path } => events.send(Event::FileNotStarted { path }).is_ok(),
+        // Probed as the cancel came: not started either.
+        ScanItem::Dicom(c) if ctx.cancel.load(Ordering::Relaxed) => {
+            events.send(Event::FileNotStarted { path: c.path }).is_ok()
+        }
+        ScanItem::Dicom(c) => match assign_output(ctx, c, events) {
+            Some(c) => tx.send(ScanItem::Dicom(c)).is_ok(),
+            // Reported: the file failed, or is no image.
+            None => true,
+        },
+    }
+}
+
+/// The scan stage of a run whose inputs arrive while it goes on: each arrival becomes a
+/// candidate (announced to the collector first, so its outcome can be reported back), until
+/// the feed ends.
+pub(crate) fn live_scan_stage(
+    ctx: &Context,
+    feed: &FeedReceiver,
+    tx: Sender<ScanItem>,
+    events: Sender<Event>,
+) {
+    let rec = ctx.stats.recorder(StageId::Scan);
+    let mut next_id = 0usize;
+    while let Some(input) = feed.next(&ctx.cancel) {
+        let t0 = Instant::now();
+        let id = next_id;
+        next_id += 1;
+        ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
+        let (path, rel, skip_existing) =
+            (input.path.clone(), input.rel.clone(), input.skip_existing);
+        if events.send(Event::Arrived { id, input }).is_err() {
+            return;
+        }
+        let mut item = source::classify_as(id, path, rel);
+        if let ScanItem::Dicom(c) = &mut item {
+            c.skip_existing = skip_existing;
+        }
+        let ok = hand_on(ctx, item, Some(id), &tx, &events);
+        rec.record(t0.elapsed());
+        if !ok {
+            return;
+        }
+    }
 }
 
 /// Gives candidate `c` its output name, in scan order (the first input to want a name keeps
@@ -145,7 +194,14 @@ fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Opt
     let event = match base {
         Ok(base) => {
             let full = ctx.job.output.dir.join(&base);
-            match ctx.outputs.reserve(&full, c.id, &c.path) {
+            // A live run renders a name again when it arrives again (a re-sent instance, a
+            // file written anew): later arrivals replace earlier outputs, in arrival order.
+            let reserved = if ctx.live {
+                Ok(())
+            } else {
+                ctx.outputs.reserve(&full, c.id, &c.path)
+            };
+            match reserved {
                 Ok(()) => {
                     c.base = Some(base);
                     return Some(c);
@@ -159,6 +215,7 @@ fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Opt
             }
         }
         Err(DecodeError::Skip(reason)) => Event::Skipped {
+            id: Some(c.id),
             path: c.path.clone(),
             reason,
         },
@@ -427,6 +484,7 @@ fn load_file(
         Ok(f) => f,
         Err(DecodeError::Skip(reason)) => {
             let _ = events.send(Event::Skipped {
+                id: Some(c.id),
                 path: c.path.clone(),
                 reason,
             });
@@ -494,11 +552,17 @@ fn load_file(
                 },
             );
         };
-        if let Err(reason) = ctx.outputs.claim(&output, info.frames, c.id, &c.path) {
+        let claimed = if ctx.live {
+            // No claims (see `assign_output`), but never over the input itself.
+            ctx.outputs.not_the_input(&output, c.key)
+        } else {
+            ctx.outputs.claim(&output, info.frames, c.id, &c.path)
+        };
+        if let Err(reason) = claimed {
             fail(Stage::Write, reason);
             continue;
         }
-        if ctx.job.output.skip_existing {
+        if ctx.job.output.skip_existing || c.skip_existing {
             let channels = if info.photometric.is_gray() { 1 } else { 3 };
             match check_existing(
                 &output,
@@ -609,6 +673,7 @@ fn load_file(
             window: None,
             device: None,
             png_rows: false,
+            encoded: None,
         };
         if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
             ctx.pool.give_back(job.slot);
@@ -652,6 +717,7 @@ struct RenderRecorders {
     transfer_in: crate::observe::stats::Recorder,
     decode: crate::observe::stats::Recorder,
     compute: crate::observe::stats::Recorder,
+    gpu_encode: crate::observe::stats::Recorder,
     transfer_out: crate::observe::stats::Recorder,
 }
 
@@ -661,6 +727,7 @@ impl RenderRecorders {
             transfer_in: ctx.stats.recorder(StageId::TransferIn),
             decode: ctx.stats.recorder(StageId::GpuDecode),
             compute: ctx.stats.recorder(StageId::Compute),
+            gpu_encode: ctx.stats.recorder(StageId::GpuEncode),
             transfer_out: ctx.stats.recorder(StageId::TransferOut),
         }
     }
@@ -687,6 +754,9 @@ fn render_job(
                 rec.decode.record(t.decode);
             }
             rec.compute.record(t.compute);
+            if !t.encode.is_zero() {
+                rec.gpu_encode.record(t.encode);
+            }
             if !t.transfer_out.is_zero() {
                 rec.transfer_out.record(t.transfer_out);
             }
@@ -697,13 +767,17 @@ fn render_job(
                 let t_in = (start + t.transfer_in).min(end);
                 let t_dec = (t_in + t.decode).min(end);
                 let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_dec).max(t_dec);
+                let t_enc = t_out.checked_sub(t.encode).unwrap_or(t_dec).max(t_dec);
                 if !t.transfer_in.is_zero() {
                     tr.span(StageId::TransferIn, &job.label, start, t_in);
                 }
                 if !t.decode.is_zero() {
                     tr.span(StageId::GpuDecode, &job.label, t_in, t_dec);
                 }
-                tr.span(StageId::Compute, &job.label, t_dec, t_out);
+                tr.span(StageId::Compute, &job.label, t_dec, t_enc);
+                if !t.encode.is_zero() {
+                    tr.span(StageId::GpuEncode, &job.label, t_enc, t_out);
+                }
                 if !t.transfer_out.is_zero() {
                     tr.span(StageId::TransferOut, &job.label, t_out, end);
                 }
@@ -711,6 +785,7 @@ fn render_job(
             job.window = outcome.window;
             job.device = outcome.device;
             job.png_rows = outcome.png_rows;
+            job.encoded = outcome.encoded;
             return Some(job);
         }
         Ok(Err(e)) => e.to_string(),
@@ -807,12 +882,22 @@ impl Writer {
             window,
             device,
             png_rows,
+            encoded: gpu_encoded,
         } = job;
         let t0 = Instant::now();
         let encoder = &mut self.encoder;
         let encoded = catch_unwind(AssertUnwindSafe(|| {
             let (cols, rows, channels) = (plan.cols, plan.rows, plan.channels());
-            if png_rows {
+            if let Some(e) = gpu_encoded {
+                // Compressed on the GPU: only the container (PNG) or a copy (JPEG) is left.
+                match e {
+                    Encoded::PngZlib { offset, len } => {
+                        let zlib = &slot.output.bytes(offset + len)[offset..];
+                        encoder.wrap_png_zlib(cols, rows, channels, zlib)
+                    }
+                    Encoded::Jpeg { len } => Ok(encoder.take_bytes(slot.output.bytes(len))),
+                }
+            } else if png_rows {
                 let filtered = slot.output.bytes(plan.output_capacity());
                 encoder.encode_filtered(cols, rows, channels, filtered)
             } else {
@@ -836,7 +921,17 @@ impl Writer {
             );
         };
         match encoded {
-            Ok(Ok(_)) => {}
+            Ok(Ok(len)) => {
+                if let Some(e) = gpu_encoded {
+                    let gpu_bytes = match e {
+                        Encoded::PngZlib { len, .. } | Encoded::Jpeg { len } => len,
+                    };
+                    let t = &ctx.stats.totals;
+                    t.gpu_encoded_frames.fetch_add(1, Ordering::Relaxed);
+                    t.gpu_encoded_bytes
+                        .fetch_add(gpu_bytes.min(len) as u64, Ordering::Relaxed);
+                }
+            }
             Ok(Err(reason)) => {
                 fail(Stage::Encode, reason);
                 return;

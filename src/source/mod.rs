@@ -2,12 +2,15 @@
 //! files by their first bytes, and keep each file's path relative to the folder it was found
 //! under (for mirrored output names).
 
+pub mod listen;
+pub mod live;
 pub mod manifest;
 pub mod select;
 pub mod series;
 pub mod shard;
 pub mod synth;
 mod walk;
+pub mod watch;
 
 pub use select::Sources;
 
@@ -35,6 +38,9 @@ pub struct Candidate {
     /// The output path without extension, once the pipeline has assigned one (the scan
     /// leaves it `None`).
     pub base: Option<PathBuf>,
+    /// Keep outputs that already exist (a watched folder's first pass), whatever the run's
+    /// `skip_existing` says.
+    pub skip_existing: bool,
 }
 
 /// What the scan emits.
@@ -177,6 +183,7 @@ fn classify(next_id: &mut usize, found: Found) -> ScanItem {
                 kind,
                 key,
                 base: None,
+                skip_existing: false,
             })
         }
         Err(e) => ScanItem::Error {
@@ -184,6 +191,36 @@ fn classify(next_id: &mut usize, found: Found) -> ScanItem {
             reason: format!("cannot open: {e}"),
         },
     }
+}
+
+/// Probes one file that is to be candidate `id` if it is DICOM: an input that arrived while
+/// the run goes on (see [`live`]), not found by a walk.
+pub fn classify_as(id: usize, path: PathBuf, rel: PathBuf) -> ScanItem {
+    let meta = match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => m,
+        Ok(_) => {
+            return ScanItem::Skipped {
+                path,
+                reason: "not a regular file".into(),
+            }
+        }
+        Err(e) => {
+            return ScanItem::Error {
+                path,
+                reason: format!("cannot open: {e}"),
+            }
+        }
+    };
+    let mut next_id = id;
+    classify(
+        &mut next_id,
+        Found::File {
+            key: key_of(&meta),
+            len: meta.len(),
+            path,
+            rel,
+        },
+    )
 }
 
 #[cfg(test)]

@@ -15,12 +15,46 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dicomflow")
 }
 
+/// Every file under `dir` (recursively), as paths relative to it, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                v.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
 /// A fresh, empty scratch folder unique to this test process and `name`.
 pub fn tempdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// A PNG that decodes to its end (not cut short).
+pub fn decodes_completely(path: &std::path::Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let decoder = png::Decoder::new(std::io::BufReader::new(file));
+    let Ok(mut reader) = decoder.read_info() else {
+        return false;
+    };
+    let Some(size) = reader.output_buffer_size() else {
+        return false;
+    };
+    let mut buf = vec![0; size];
+    reader.next_frame(&mut buf).is_ok() && reader.finish().is_ok()
 }
 
 /// Every file under `dir` (relative path → bytes), leaving out the run's own `.dicomflow`

@@ -1,6 +1,6 @@
 //! `dicomflow inspect FILE`: what will be rendered and how — dimensions, frames, transfer
 //! syntax, bits, photometric interpretation, rescale and LUTs, every window with its index,
-//! and the window the current settings choose.
+//! the window the current settings choose, and who would compress the output (GPU or CPU, why).
 
 use std::fmt::Write;
 use std::path::Path;
@@ -8,11 +8,52 @@ use std::path::Path;
 use dicom_encoding::transfer_syntax::TransferSyntaxIndex;
 
 use dicomflow::backend::cuda::decode::Codecs;
-use dicomflow::backend::options::{GpuDecode, GpuOptions};
+use dicomflow::backend::options::{GpuDecode, GpuEncodeChoice, GpuOptions};
 use dicomflow::decode::compressed::{self, FrameCoding};
 use dicomflow::decode::{probe, DecodeLimits, ImageFile};
+use dicomflow::output::options::{OutputFormat, OutputOptions};
 use dicomflow::paths::Escaped;
 use dicomflow::render::plan::{plan_frame, Chain, Modality, RenderOptions, Voi};
+
+/// Who would compress `format` output under `choice` (`gpu.encode`): the GPU encoder and where
+/// its library was found, or the CPU and why. Only loads libraries (no device is opened).
+pub fn encoder_line(
+    format: OutputFormat,
+    choice: GpuEncodeChoice,
+    library_path: Option<&Path>,
+) -> String {
+    let output = OutputOptions {
+        format,
+        ..OutputOptions::default()
+    };
+    let wish = dicomflow::pipeline::output_wish(&output);
+    if choice == GpuEncodeChoice::Cpu {
+        return "CPU (gpu.encode = cpu)".into();
+    }
+    let want = match wish.gpu_encode {
+        Ok(w) => w,
+        Err(why) => return format!("CPU ({why})"),
+    };
+    if choice == GpuEncodeChoice::Auto
+        && matches!(
+            want,
+            dicomflow::backend::cuda::encode::GpuEncodeWish::Png { .. }
+        )
+    {
+        return format!("CPU ({})", dicomflow::backend::cuda::AUTO_PNG_ON_CPU);
+    }
+    if let Err(why) = dicomflow::backend::cuda::driver::libraries() {
+        return format!("CPU (no CUDA backend here: {why})");
+    }
+    match dicomflow::backend::cuda::libs::open(&[want.library()], library_path) {
+        Ok(found) => format!(
+            "GPU when the CUDA backend renders ({} from {}); CPU otherwise",
+            want.library(),
+            found.path.display()
+        ),
+        Err(why) => format!("CPU ({why})"),
+    }
+}
 
 /// Describes `path` as text; `opts` is the window choice to explain, `gpu` the GPU decode
 /// options (policy, where the codec libraries are).
@@ -283,6 +324,27 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
             .map_err(|e| FatalError::Config(format!("--voi-function: {e}")))?,
         None => None,
     };
+    let format = match a.format.as_str() {
+        "png" => OutputFormat::Png,
+        "jpeg" | "jpg" => OutputFormat::Jpeg,
+        "tiff" => OutputFormat::Tiff,
+        "bmp" => OutputFormat::Bmp,
+        other => {
+            return Err(FatalError::Config(format!(
+                "--format {other}: use png, jpeg, tiff or bmp"
+            )))
+        }
+    };
+    let choice = match a.gpu_encode.as_str() {
+        "auto" => GpuEncodeChoice::Auto,
+        "gpu" => GpuEncodeChoice::Gpu,
+        "cpu" => GpuEncodeChoice::Cpu,
+        other => {
+            return Err(FatalError::Config(format!(
+                "--gpu-encode {other}: use auto, gpu or cpu"
+            )))
+        }
+    };
     match describe(
         &a.file,
         &RenderOptions {
@@ -293,8 +355,11 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
         &gpu,
     ) {
         Ok(text) => {
-            crate::app::print::out(&text)
-                .map_err(|e| FatalError::Other(format!("writing to stdout: {e}")))?;
+            crate::app::print::out(&format!(
+                "{text}encoder            {}\n",
+                encoder_line(format, choice, a.library_path.as_deref())
+            ))
+            .map_err(|e| FatalError::Other(format!("writing to stdout: {e}")))?;
             Ok(0)
         }
         Err(e) => {

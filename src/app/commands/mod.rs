@@ -3,9 +3,14 @@
 
 pub mod bench_decode;
 pub mod bench_encode;
+pub mod bench_gpu_encode;
+pub mod bench_listen;
 pub mod bench_transfer;
 pub mod inspect;
+pub mod listen;
+mod live;
 pub mod report_merge;
 pub mod run;
 pub mod scan;
 pub mod synth;
+pub mod watch;

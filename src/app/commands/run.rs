@@ -8,8 +8,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use dicomflow::error::FatalError;
 use dicomflow::observe::stats::Stats;
-use dicomflow::observe::trace::Tracer;
-use dicomflow::output::atomic::PendingFile;
 use dicomflow::paths::Escaped;
 use dicomflow::source::manifest::ManifestPlan;
 use dicomflow::source::shard::{Shard, ShardBy, ShardRequest};
@@ -17,7 +15,7 @@ use dicomflow::source::Sources;
 
 use crate::app::cli::RunArgs;
 use crate::app::config::Settings;
-use crate::app::report::{self, ProcessTimes, ShardSection};
+use crate::app::report::{self, ProcessTimes, RunFiles, ShardSection};
 use crate::app::{dashboard, print, signals};
 
 /// Where a shard's report goes unless `--report` says otherwise, under the output folder.
@@ -80,7 +78,7 @@ pub fn execute(
     let started_at = SystemTime::now()
         .checked_sub(started.elapsed())
         .unwrap_or(UNIX_EPOCH);
-    let settings = Settings::resolve(args.config.as_deref(), &args.to_raw())?;
+    let settings = Settings::resolve(args.job.config.as_deref(), &args.to_raw())?;
     let sources = sources(args)?;
     // A shard's report is written whether asked for or not: the merge needs every shard's.
     let report_path: Option<PathBuf> = settings.report.clone().or_else(|| {
@@ -97,24 +95,10 @@ pub fn execute(
     if let Some(s) = sources.shard().filter(|_| args.shard.is_some()) {
         tracing::info!(shard = %s, "rendering shard {} of {}", s.index, s.count);
     }
-    let report_file = match &report_path {
-        Some(path) => Some(PendingFile::create(path, true).map_err(|e| {
-            FatalError::Config(format!(
-                "--report {}: cannot write there: {e}",
-                Escaped(path)
-            ))
-        })?),
-        None => None,
-    };
-    let tracer = match &settings.trace {
-        Some(path) => Some(Arc::new(Tracer::create(path).map_err(|e| {
-            FatalError::Config(format!(
-                "--trace {}: cannot write there: {e}",
-                Escaped(path)
-            ))
-        })?)),
-        None => None,
-    };
+    let RunFiles {
+        report: report_file,
+        tracer,
+    } = RunFiles::create(report_path.as_deref(), settings.trace.as_deref())?;
     let backend =
         dicomflow::pipeline::select_backend_for(&settings.backend, &settings.job, &sources)?;
     // Kept alive to the end: the process exits without tearing the driver down.
@@ -126,16 +110,7 @@ pub fn execute(
     let stats = Stats::new();
     let cancel = Arc::new(AtomicBool::new(false));
     signals::cancel_on_interrupt(cancel.clone());
-    let display = dashboard::Options {
-        display: dashboard::Display::choose(
-            settings.dashboard.tui,
-            quiet,
-            std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        ),
-        tick: std::time::Duration::from_millis(settings.dashboard.tick_ms),
-        log_file: (settings.dashboard.log_file.clone())
-            .unwrap_or_else(|| settings.job.output.dir.join("dicomflow.log")),
-    };
+    let display = dashboard::Options::of(&settings, quiet, None);
     let result = dashboard::supervise(&display, &stats, &cancel, tracer.as_ref(), || {
         dicomflow::pipeline::run_sources(
             &settings.job,
@@ -165,9 +140,15 @@ pub fn execute(
             started_unix_s: unix_seconds(started_at),
             finished_unix_s: unix_seconds(SystemTime::now()),
         });
-        if let Err(e) =
-            report::write_report(file, &settings, &result, &snapshot, process, shard.as_ref())
-        {
+        if let Err(e) = report::write_report(
+            file,
+            &settings,
+            &result,
+            &snapshot,
+            process,
+            shard.as_ref(),
+            None,
+        ) {
             unwritten.push(format!("report {}: {e}", Escaped(path)));
         }
     }

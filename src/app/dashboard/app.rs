@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dicomflow::observe::stats::{Snapshot, StageId};
+use dicomflow::source::live::LiveSnapshot;
 
 /// Length of the window for recent rates, seconds.
 const WINDOW_S: f64 = 2.0;
@@ -230,6 +231,62 @@ pub fn ms(x: f64) -> String {
     }
 }
 
+/// A run whose inputs arrive while it goes on (`listen`, `watch`): it has no end and no ETA;
+/// arrivals, their rate, latency, associations, senders and what waits are shown instead.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub snap: LiveSnapshot,
+    /// (seconds, arrivals) over the last [`WINDOW_S`].
+    samples: VecDeque<(f64, u64)>,
+}
+
+impl Live {
+    /// Takes a new live snapshot into account.
+    pub fn update(&mut self, snap: LiveSnapshot) {
+        self.samples.push_back((snap.elapsed_s, snap.arrivals));
+        while self.samples.len() > 2
+            && self
+                .samples
+                .get(1)
+                .is_some_and(|x| snap.elapsed_s - x.0 >= WINDOW_S)
+        {
+            self.samples.pop_front();
+        }
+        self.snap = snap;
+    }
+
+    /// Arrivals per second, recently (or over the run so far).
+    pub fn arrivals_per_s(&self) -> f64 {
+        match (self.samples.front(), self.samples.back()) {
+            (Some(a), Some(b)) if b.0 - a.0 >= MIN_WINDOW_S => {
+                b.1.saturating_sub(a.1) as f64 / (b.0 - a.0)
+            }
+            _ => self.snap.arrivals as f64 / self.snap.elapsed_s.max(1e-9),
+        }
+    }
+
+    /// "arrivals 120 (35/s) rendered 118 waiting 2 latency 4.1/6.0/9.2 ms assoc 2 refused 0
+    /// errors 0" (latency: arrival → output p50/p95/p99): the progress line of a live run.
+    pub fn line(&self, errors: u64) -> String {
+        let s = &self.snap;
+        let latency = match s.latency_ms {
+            Some([p50, p95, p99, _]) => format!("{}/{}/{} ms", ms(p50), ms(p95), ms(p99)),
+            None => "-".into(),
+        };
+        format!(
+            "arrivals {} ({}/s) rendered {} waiting {} latency {} assoc {} refused {} errors {}",
+            s.arrivals,
+            rate(self.arrivals_per_s()),
+            s.rendered,
+            s.pending,
+            latency,
+            s.associations_open,
+            s.refused + s.associations_refused,
+            errors
+        )
+    }
+}
+
 /// Everything the drawing code needs.
 pub struct App {
     pub snap: Snapshot,
@@ -242,6 +299,8 @@ pub struct App {
     pub cancelling: bool,
     /// Where the logs go while the dashboard owns the terminal.
     pub log_path: Option<PathBuf>,
+    /// The live view, for runs without an end.
+    pub live: Option<Live>,
 }
 
 impl App {
@@ -254,6 +313,7 @@ impl App {
             help: false,
             cancelling: false,
             log_path,
+            live: None,
         };
         app.update(snap);
         app
@@ -287,12 +347,16 @@ impl App {
     }
 
     /// The stage table, with the bottleneck (highest recent busy % among stages that did
-    /// work, scan excepted) marked.
+    /// work, scan excepted) marked. The GPU encode row appears only once the GPU encodes
+    /// (small terminals keep their rows for the stages every run has).
     pub fn stage_rows(&self) -> Vec<StageRow> {
         let s = &self.snap;
         let mut rows: Vec<StageRow> = StageId::ALL
             .iter()
             .enumerate()
+            .filter(|(i, id)| {
+                **id != StageId::GpuEncode || s.stages.get(*i).is_some_and(|st| st.count > 0)
+            })
             .map(|(i, id)| {
                 let st = s.stages.get(i).cloned().unwrap_or_default();
                 StageRow {
@@ -304,7 +368,7 @@ impl App {
                     p99_ms: st.p99_ms,
                     max_ms: st.max_ms,
                     busy: self.rates.stage_busy(s, i),
-                    present: st.count > 0 || (st.workers > 0 && !id.is_transfer()),
+                    present: st.count > 0 || (st.workers > 0 && !id.is_optional()),
                     bottleneck: false,
                 }
             })
@@ -333,12 +397,13 @@ impl App {
         &self.spark
     }
 
-    /// Share of host→device, kernel and device→host time in rendering, percent.
-    pub fn gpu_split(&self) -> Option<[f64; 3]> {
+    /// Share of host→device, kernel, GPU encode and device→host time in rendering, percent.
+    pub fn gpu_split(&self) -> Option<[f64; 4]> {
         let busy = |id: StageId| self.snap.stage(id).map(|s| s.busy_s).unwrap_or(0.0);
         let parts = [
             busy(StageId::TransferIn),
             busy(StageId::Compute),
+            busy(StageId::GpuEncode),
             busy(StageId::TransferOut),
         ];
         let total: f64 = parts.iter().sum();

@@ -78,10 +78,26 @@ pub fn draw(f: &mut Frame, app: &App) {
         sparkline(f, app, s);
     }
     if show_bottom {
-        let [g, e] = Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)])
-            .areas(take());
-        backend(f, app, g);
-        errors(f, app, e);
+        match &app.live {
+            Some(live) => {
+                let [g, i, e] = Layout::horizontal([
+                    Constraint::Percentage(28),
+                    Constraint::Percentage(37),
+                    Constraint::Percentage(35),
+                ])
+                .areas(take());
+                backend(f, app, g);
+                ingest(f, live, i);
+                errors(f, app, e);
+            }
+            None => {
+                let [g, e] =
+                    Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)])
+                        .areas(take());
+                backend(f, app, g);
+                errors(f, app, e);
+            }
+        }
     }
     footer(f, app, take());
     if app.help {
@@ -92,6 +108,11 @@ pub fn draw(f: &mut Frame, app: &App) {
 fn header(f: &mut Frame, app: &App, area: Rect) {
     let s = &app.snap;
     let state = app.state();
+    let label = match (&app.live, state) {
+        (Some(_), RunState::Running) => "LIVE",
+        (Some(_), RunState::Finishing) => "STOPPING: finishing what arrived",
+        _ => state.label(),
+    };
     let state_style = match state {
         RunState::Running => Style::new().fg(Color::Green),
         RunState::Paused => Style::new().fg(Color::Yellow),
@@ -105,7 +126,7 @@ fn header(f: &mut Frame, app: &App, area: Rect) {
             Style::new().fg(Color::Black).bg(ACCENT),
         ),
         Span::raw(" "),
-        Span::styled(state.label(), state_style),
+        Span::styled(label, state_style),
         Span::raw(format!(
             "  {}  {}  in {} out {}",
             clock(s.elapsed),
@@ -122,6 +143,15 @@ fn header(f: &mut Frame, app: &App, area: Rect) {
 }
 
 fn progress(f: &mut Frame, app: &App, area: Rect) {
+    if let Some(live) = &app.live {
+        // No end, so no ratio and no ETA: what arrives, how fast, how soon it is written.
+        let line = Line::from(Span::styled(
+            format!(" {}", live.line(app.snap.error_count)),
+            Style::new().add_modifier(Modifier::BOLD),
+        ));
+        f.render_widget(Paragraph::new(line), area);
+        return;
+    }
     let p = app.progress();
     let label = format!(
         "frames {}/{} ({:.0}%)  {} fr/s  ETA {}  errors {}",
@@ -311,6 +341,9 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
                 lines.push(Line::from(format!("{i}: {d}  {frames} fr")));
             }
             lines.push(Line::from(format!("transfer: {}", g.strategy)));
+            if !g.encoder.is_empty() {
+                lines.push(Line::from(format!("encoder: {}", g.encoder)));
+            }
             for (i, p) in g.pools.iter().enumerate() {
                 lines.push(Line::from(format!(
                     "pool {i}: {:.0}/{:.0} MB used/rsv",
@@ -330,6 +363,13 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
             if !g.codecs.is_empty() {
                 lines.push(Line::from(format!("codecs: {}", g.codecs)));
             }
+            if s.gpu_encoded_frames > 0 {
+                lines.push(Line::from(format!(
+                    "GPU encoded: {} fr, {:.0} KB/fr",
+                    s.gpu_encoded_frames,
+                    s.gpu_encoded_bytes as f64 / 1e3 / s.gpu_encoded_frames as f64
+                )));
+            }
         }
         None => {
             title = " Backend ";
@@ -342,8 +382,12 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
             }
         }
     }
-    if let Some([h2d, k, d2h]) = app.gpu_split() {
-        if s.gpu.is_some() {
+    if let Some([h2d, k, enc, d2h]) = app.gpu_split() {
+        if s.gpu.is_some() && enc > 0.0 {
+            lines.push(Line::from(format!(
+                "H2D {h2d:.0}% | kernel {k:.0}% | enc {enc:.0}% | D2H {d2h:.0}%"
+            )));
+        } else if s.gpu.is_some() {
             lines.push(Line::from(format!(
                 "H2D {h2d:.0}% | kernel {k:.0}% | D2H {d2h:.0}%"
             )));
@@ -367,6 +411,52 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
         Paragraph::new(lines)
             .block(Block::bordered().title(title))
             .wrap(Wrap { trim: true }),
+        area,
+    );
+}
+
+/// The live run's panel: associations, arrivals, latency, outcomes, and the senders.
+fn ingest(f: &mut Frame, live: &super::app::Live, area: Rect) {
+    let s = &live.snap;
+    let mut lines = vec![
+        Line::from(format!(
+            "assoc {} open, {} total, {} refused",
+            s.associations_open, s.associations_total, s.associations_refused
+        )),
+        Line::from(format!(
+            "arrivals {} ({}/s) waiting {}",
+            s.arrivals,
+            rate(live.arrivals_per_s()),
+            s.pending
+        )),
+        Line::from(match s.latency_ms {
+            Some([p50, p95, p99, _]) => {
+                format!("latency {}/{}/{} ms", ms(p50), ms(p95), ms(p99))
+            }
+            None => "latency -".into(),
+        }),
+        Line::from(format!(
+            "rendered {} skipped {} failed {}",
+            s.rendered, s.skipped, s.failed
+        )),
+        Line::from(format!("instances refused {}", s.refused)),
+    ];
+    let room = area.height.saturating_sub(2 + lines.len() as u16) as usize;
+    let mut senders: Vec<_> = s.senders.iter().collect();
+    senders.sort_by_key(|(_, c)| std::cmp::Reverse(c.received));
+    for (name, c) in senders.into_iter().take(room) {
+        lines.push(Line::from(vec![
+            Span::styled(name.clone(), Style::new().fg(Color::Yellow)),
+            Span::raw(format!("  {} ({})", c.received, mb(c.bytes))),
+            if c.refused > 0 {
+                Span::styled(format!("  refused {}", c.refused), Style::new().fg(HOT))
+            } else {
+                Span::raw("")
+            },
+        ]));
+    }
+    f.render_widget(
+        Paragraph::new(lines).block(Block::bordered().title(" Ingest (latency p50/95/99) ")),
         area,
     );
 }

@@ -31,6 +31,7 @@ use crate::app::config::TuiMode;
 use dicomflow::error::FatalError;
 use dicomflow::observe::stats::{GaugeSnapshot, Stats};
 use dicomflow::observe::trace::Tracer;
+use dicomflow::source::live::LiveStats;
 
 pub use logsink::LogSink;
 
@@ -65,6 +66,31 @@ pub struct Options {
     pub tick: Duration,
     /// Where logs go while the dashboard owns the terminal.
     pub log_file: PathBuf,
+    /// Arrival figures of a run without an end (`listen`, `watch`): shown instead of the
+    /// progress towards an end.
+    pub live: Option<Arc<LiveStats>>,
+}
+
+impl Options {
+    /// The display a run's settings ask for (`live`: the arrival figures of `listen` and
+    /// `watch`).
+    pub fn of(
+        settings: &crate::app::config::Settings,
+        quiet: bool,
+        live: Option<Arc<LiveStats>>,
+    ) -> Options {
+        Options {
+            display: Display::choose(
+                settings.dashboard.tui,
+                quiet,
+                std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            ),
+            tick: Duration::from_millis(settings.dashboard.tick_ms),
+            log_file: (settings.dashboard.log_file.clone())
+                .unwrap_or_else(|| settings.job.output.dir.join("dicomflow.log")),
+            live,
+        }
+    }
 }
 
 /// Runs `work` (the pipeline) on its own thread and shows its progress on this one until it
@@ -99,7 +125,9 @@ pub fn supervise<R: Send>(
         }
         match display {
             Display::Tui => {}
-            Display::Progress { tty } => progress::run(tty, opts.tick, stats, tracer, &done_rx),
+            Display::Progress { tty } => {
+                progress::run(tty, opts.tick, stats, opts.live.as_ref(), tracer, &done_rx)
+            }
             Display::Quiet => {
                 if let Some(t) = tracer {
                     while !wait(&done_rx, opts.tick) {
@@ -149,6 +177,7 @@ struct Dashboard<'a> {
     tick: Duration,
     log_file: PathBuf,
     log_len_before: u64,
+    live: Option<Arc<LiveStats>>,
 }
 
 fn file_len(p: &std::path::Path) -> u64 {
@@ -180,6 +209,7 @@ impl<'a> Dashboard<'a> {
             tick: opts.tick,
             log_file: opts.log_file.clone(),
             log_len_before,
+            live: opts.live.clone(),
         })
     }
 
@@ -251,6 +281,10 @@ impl<'a> Dashboard<'a> {
             sample_counters(t, &snap.gauges);
         }
         self.app.cancelling |= self.cancel.load(Ordering::Relaxed);
+        if let Some(live) = &self.live {
+            let view = self.app.live.get_or_insert_with(app::Live::default);
+            view.update(live.snapshot());
+        }
         self.app.update(snap);
         let app = &self.app;
         if let Err(e) = self.term.draw(|f| draw::draw(f, app)) {

@@ -11,8 +11,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use dicomflow::observe::stats::Stats;
 use dicomflow::observe::trace::Tracer;
+use dicomflow::source::live::LiveStats;
 
-use super::app::{Progress, Rates};
+use super::app::{Live, Progress, Rates};
 use super::{logsink, sample_counters, wait};
 
 /// Shows progress until `done` fires.
@@ -20,17 +21,28 @@ pub fn run(
     tty: bool,
     tick: Duration,
     stats: &Arc<Stats>,
+    live: Option<&Arc<LiveStats>>,
     tracer: Option<&Arc<Tracer>>,
     done: &Receiver<()>,
 ) {
     let mut rates = Rates::default();
+    let mut view = Live::default();
     let mut sample = || {
         let snap = stats.snapshot();
         if let Some(t) = tracer {
             sample_counters(t, &snap.gauges);
         }
         rates.push(&snap);
-        Progress::of(&snap, &rates)
+        let progress = Progress::of(&snap, &rates);
+        // A run without an end shows arrivals instead of progress towards the end.
+        let line = match live {
+            Some(l) => {
+                view.update(l.snapshot());
+                view.line(snap.error_count)
+            }
+            None => progress.line(),
+        };
+        (progress, line)
     };
     if tty {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
@@ -39,10 +51,10 @@ pub fn run(
         }
         logsink::around_bar(bar.clone());
         while !wait(done, tick) {
-            let p = sample();
+            let (p, line) = sample();
             bar.set_length(p.expected);
             bar.set_position(p.finished);
-            bar.set_message(p.line());
+            bar.set_message(line);
         }
         bar.finish_and_clear();
         logsink::to_stderr();
@@ -50,7 +62,7 @@ pub fn run(
         // Once a second (or at the tick, if slower), a whole line.
         let period = tick.max(Duration::from_secs(1));
         while !wait(done, period) {
-            crate::app::print::errln(&format!("dicomflow: {}", sample().line()));
+            crate::app::print::errln(&format!("dicomflow: {}", sample().1));
         }
     }
 }

@@ -45,6 +45,10 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         },
         stage(StageId::Compute, done + 5, 1, 0.20, 0.75),
         StageSnapshot {
+            name: "gpu encode".into(),
+            ..Default::default()
+        },
+        StageSnapshot {
             name: "transfer out".into(),
             ..Default::default()
         },
@@ -94,6 +98,8 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         frames_existing: 0,
         bytes_in: 52_428_800,
         bytes_out: 13_000_000,
+        gpu_encoded_frames: 0,
+        gpu_encoded_bytes: 0,
         paused: false,
         finished: false,
     }
@@ -265,12 +271,17 @@ fn gpu_panel_shows_devices_strategy_pools_and_split() {
         pinned_bytes: 32 << 20,
         pinned_alloc_ms: 12.0,
         frames_per_device: vec![125],
+        encoder: "GPU, nvCOMP 6.0.0".into(),
         ..Default::default()
     });
+    s.gpu_encoded_frames = 125;
+    s.gpu_encoded_bytes = 125 * 260_000;
     let all = render(&app(s), 100, 30).join("\n");
     assert!(all.contains(" GPU "), "{all}");
     assert!(all.contains("0: NVIDIA H200  125 fr"), "{all}");
     assert!(all.contains("transfer: zero-copy"));
+    assert!(all.contains("encoder: GPU, nvCOMP 6.0.0"), "{all}");
+    assert!(all.contains("GPU encoded: 125 fr, 260 KB/fr"), "{all}");
     assert!(all.contains("pool 0: 67/268 MB used/rsv"), "{all}");
     assert!(all.contains("H2D 25% | kernel 50% | D2H 25%"), "{all}");
     assert!(!all.contains("CPU backend"));
@@ -364,6 +375,7 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
         display: Display::Quiet,
         tick: Duration::from_millis(10),
         log_file: PathBuf::from("unused.log"),
+        live: None,
     };
     let started = std::time::Instant::now();
     let r = supervise(&opts, &stats, &cancel, Some(&tracer), || {
@@ -391,6 +403,71 @@ fn supervise_returns_the_result_samples_counters_and_resumes_panics() {
         supervise(&opts, &stats, &cancel, None, || -> u32 { panic!("boom") })
     });
     assert!(panicked.is_err());
+}
+
+#[test]
+fn a_live_run_shows_arrivals_latency_associations_and_senders_and_no_eta() {
+    use dicomflow::source::live::{LiveSnapshot, SenderCounts};
+    let mut l = LiveSnapshot {
+        arrivals: 100,
+        pending: 3,
+        associations_open: 2,
+        associations_total: 5,
+        associations_refused: 1,
+        refused: 2,
+        rendered: 95,
+        skipped: 1,
+        failed: 1,
+        latency_ms: Some([4.1, 6.0, 9.2, 20.0]),
+        elapsed_s: 1.0,
+        ..Default::default()
+    };
+    l.senders.insert(
+        "CT1@10.0.0.5".into(),
+        SenderCounts {
+            received: 60,
+            refused: 2,
+            bytes: 31_000_000,
+        },
+    );
+    l.senders.insert(
+        "PACS@10.0.0.9".into(),
+        SenderCounts {
+            received: 40,
+            refused: 0,
+            bytes: 20_000_000,
+        },
+    );
+    let mut live = super::app::Live::default();
+    live.update(l.clone());
+    l.elapsed_s = 2.0;
+    l.arrivals = 160;
+    live.update(l);
+    // 60 arrivals in the last second.
+    assert_eq!(live.arrivals_per_s(), 60.0);
+    let line = live.line(0);
+    assert!(
+        line.starts_with("arrivals 160 (60/s) rendered 95 waiting 3 latency 4.10/6.00/9.20 ms"),
+        "{line}"
+    );
+    assert!(!line.contains("ETA"));
+    let mut a = app(snapshot(2.0, 120));
+    a.live = Some(live);
+    let lines = render(&a, 110, 32);
+    let all = lines.join("\n");
+    for want in [
+        "LIVE",
+        "arrivals 160 (60/s)",
+        "Ingest",
+        "assoc 2 open, 5 total, 1 refused",
+        "latency 4.10/6.00/9.20 ms",
+        "CT1@10.0.0.5  60 (31.0 MB)  refused 2",
+        "PACS@10.0.0.9  40",
+    ] {
+        assert!(all.contains(want), "no {want:?} in\n{all}");
+    }
+    assert!(!all.contains("ETA"), "{all}");
+    assert!(!all.contains("frames 120/200"), "{all}");
 }
 
 #[test]

@@ -28,6 +28,23 @@ impl std::fmt::Debug for FoundLibrary {
     }
 }
 
+/// Copies the function pointer of type `T` named `name` out of `library` (`what` names the
+/// library in the error).
+///
+/// # Safety
+/// `T` must be the exact `extern "C"` signature of the symbol, and the pointer must not be
+/// called after `library` is unloaded (keep the [`FoundLibrary`] beside it).
+pub unsafe fn symbol<T: Copy>(
+    library: &libloading::Library,
+    what: &str,
+    name: &str,
+) -> Result<T, String> {
+    // SAFETY: forwarded contract.
+    unsafe { library.get::<T>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("{what}: {name}: {e}"))
+}
+
 /// Why no candidate of a library loaded: every place tried, with the loader's reason for the
 /// last one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -8,7 +8,10 @@
 
 pub mod decode;
 pub mod driver;
+pub mod encode;
 pub mod libs;
+pub mod nvcomp;
+pub mod nvjpeg;
 pub mod nvrtc;
 pub mod pinned;
 mod worker;
@@ -16,8 +19,8 @@ mod worker;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::backend::options::{GpuOptions, GpuSelection, PageLocking, Transfer};
-use crate::backend::{Backend, BackendError, BackendInfo, RenderError, RenderWorker};
+use crate::backend::options::{GpuEncodeChoice, GpuOptions, GpuSelection, PageLocking, Transfer};
+use crate::backend::{Backend, BackendError, BackendInfo, OutputWish, RenderError, RenderWorker};
 use crate::memory::{HeapAllocator, HostAllocator, SlotHint};
 use crate::observe::stats::{GpuFigures, Stats};
 use driver::{Device, MappedRegion, Module};
@@ -60,6 +63,128 @@ pub(crate) struct Shared {
     /// Frames decoded on the GPU, and frames a GPU codec left to the CPU decoder.
     gpu_decoded: AtomicU64,
     decode_fallbacks: AtomicU64,
+    /// The encoder the workers run after rendering, when the GPU encodes.
+    encoder: Option<GpuEncoder>,
+    /// What [`BackendInfo::encoder`] and `encoder_reason` say.
+    encoder_line: (String, String),
+}
+
+/// A GPU encoder with its library loaded.
+#[derive(Clone)]
+pub(crate) enum GpuEncoder {
+    Png {
+        nvcomp: Arc<nvcomp::Nvcomp>,
+        filter: u32,
+        effort: encode::PngEffort,
+    },
+    /// One nvJPEG handle per device (in `Shared::devices` order).
+    Jpeg {
+        nvjpeg: Vec<Arc<nvjpeg::Nvjpeg>>,
+        quality: u8,
+    },
+}
+
+/// Why `gpu.encode = "auto"` leaves PNG to the CPU encoders: nvCOMP's per-slice compression was
+/// measured slower than them end to end (H200 host, device run 7: 1000 x 2000² at 361 slices/s
+/// with 2 streams and 699 with 8, against 849 for CUDA with the CPU encoding and 1076 for the
+/// CPU backend; 512² at 802 / 2257 against 6759 / 12057), the render workers waiting on
+/// nvCOMP (GPU encode 92–97 % busy, 2.2–4 ms per slice). JPEG (nvJPEG, 0.1–0.2 ms per slice)
+/// wins and stays on the GPU.
+pub const AUTO_PNG_ON_CPU: &str = "gpu.encode = auto: PNG stays on the CPU encoders, which beat \
+    nvCOMP's per-slice compression end to end (BENCHMARKS.md); gpu.encode = gpu uses nvCOMP";
+
+/// Loads the library of the encoder `wish` names (when `gpu.encode` allows it) for `devices`:
+/// the encoder, and what the run should say about it. With `gpu.encode = "gpu"` a library that
+/// does not load is an error; with `auto` the writers encode and the reason says why, and PNG
+/// stays with the writers ([`AUTO_PNG_ON_CPU`]).
+fn load_encoder(
+    gpu: &GpuOptions,
+    wish: &OutputWish,
+    devices: &[Arc<Device>],
+) -> Result<(Option<GpuEncoder>, (String, String)), String> {
+    let cpu = |why: String| Ok((None, ("cpu".to_string(), why)));
+    if gpu.encode == GpuEncodeChoice::Cpu {
+        return cpu("gpu.encode = cpu".into());
+    }
+    let want = match &wish.gpu_encode {
+        Ok(w) => *w,
+        Err(why) if gpu.encode == GpuEncodeChoice::Gpu => {
+            return Err(format!("gpu.encode = gpu, but {why}"))
+        }
+        Err(why) => return cpu(format!("gpu.encode = auto: {why}")),
+    };
+    if gpu.encode == GpuEncodeChoice::Auto {
+        if let encode::GpuEncodeWish::Png { .. } = want {
+            return cpu(AUTO_PNG_ON_CPU.into());
+        }
+    }
+    let mode = match gpu.encode {
+        GpuEncodeChoice::Gpu => "gpu.encode = gpu",
+        _ => "gpu.encode = auto",
+    };
+    let loaded = match want {
+        encode::GpuEncodeWish::Png { filter, effort } => {
+            nvcomp::Nvcomp::load(gpu.library_path.as_deref()).map(|lib| {
+                let line = format!(
+                    "gpu: nvCOMP {} gzip, algorithm {} ({})",
+                    lib.version,
+                    effort.algorithm(),
+                    lib.path.display()
+                );
+                (
+                    GpuEncoder::Png {
+                        nvcomp: Arc::new(lib),
+                        filter,
+                        effort,
+                    },
+                    line,
+                )
+            })
+        }
+        encode::GpuEncodeWish::Jpeg { quality } => {
+            let mut handles = Vec::new();
+            let mut failure = None;
+            for d in devices {
+                let opened = d
+                    .bind()
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| nvjpeg::Nvjpeg::load(gpu.library_path.as_deref()));
+                match opened {
+                    Ok(lib) => handles.push(Arc::new(lib)),
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+            match (failure, handles.first()) {
+                (None, Some(first)) => {
+                    let line = format!(
+                        "gpu: nvJPEG {} baseline, quality {quality} ({})",
+                        first.version,
+                        first.path.display()
+                    );
+                    Ok((
+                        GpuEncoder::Jpeg {
+                            nvjpeg: handles,
+                            quality,
+                        },
+                        line,
+                    ))
+                }
+                (Some(e), _) => Err(e),
+                (None, None) => Err("no device".into()),
+            }
+        }
+    };
+    match loaded {
+        Ok((encoder, line)) => Ok((Some(encoder), (line, mode.to_string()))),
+        Err(why) if gpu.encode == GpuEncodeChoice::Gpu => Err(format!("{mode}: {why}")),
+        Err(why) => {
+            tracing::warn!("{mode}: {why}; the CPU encodes");
+            cpu(format!("{mode}: {why}"))
+        }
+    }
 }
 
 impl Shared {
@@ -146,6 +271,14 @@ impl Shared {
             codecs: self.codecs.short(),
             frames_gpu_decoded: self.gpu_decoded.load(Ordering::Relaxed),
             frames_decode_fallback: self.decode_fallbacks.load(Ordering::Relaxed),
+            encoder: match &self.encoder {
+                None => "CPU".into(),
+                Some(GpuEncoder::Png { nvcomp, .. }) => format!("GPU, nvCOMP {}", nvcomp.version),
+                Some(GpuEncoder::Jpeg { nvjpeg, .. }) => format!(
+                    "GPU, nvJPEG {}",
+                    nvjpeg.first().map(|l| l.version.as_str()).unwrap_or("?")
+                ),
+            },
         });
     }
 }
@@ -240,15 +373,11 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Opens the selected devices, compiles or loads the kernels, and sets up the pools.
-    /// `png_filter` is the PNG row filter the kernels apply after rendering (see
-    /// [`crate::output::encode::png_filter_mode`]), `None` for plain pixels. Fails (with the
-    /// reason) when CUDA is not usable here.
-    pub fn new(
-        gpu: &GpuOptions,
-        png_filter: Option<u32>,
-        reason: &str,
-    ) -> Result<CudaBackend, String> {
+    /// Opens the selected devices, compiles or loads the kernels, sets up the pools, and loads
+    /// the GPU encoder `wish` asks for (when `gpu.encode` allows it). Without a GPU encoder the
+    /// workers leave pixels, or rows filtered with `wish.png_filter` for the writers to deflate.
+    /// Fails (with the reason) when CUDA is not usable here.
+    pub fn new(gpu: &GpuOptions, wish: &OutputWish, reason: &str) -> Result<CudaBackend, String> {
         let started = std::time::Instant::now();
         let count = driver::probe()?;
         let probed = started.elapsed();
@@ -292,7 +421,9 @@ impl CudaBackend {
         for (d, m) in devices.iter().zip(&modules) {
             warm_up(d, m).map_err(|e| format!("GPU {}: first launch: {e}", d.ordinal))?;
         }
+        let (encoder, encoder_line) = load_encoder(gpu, wish, &devices)?;
         let loaded = started.elapsed();
+        tracing::info!("encoder: {} ({})", encoder_line.0, encoder_line.1);
         tracing::info!(
             "CUDA ready in {:.0} ms (driver {:.0} ms, devices {:.0} ms, kernels {:.0} ms, \
              first launch {:.0} ms)",
@@ -335,10 +466,12 @@ impl CudaBackend {
             calibration: Mutex::new(Vec::new()),
             stats: std::sync::OnceLock::new(),
             pinned: allocator.clone(),
-            png_filter,
+            png_filter: wish.png_filter,
             codecs,
             gpu_decoded: AtomicU64::new(0),
             decode_fallbacks: AtomicU64::new(0),
+            encoder,
+            encoder_line,
         });
         shared.publish();
         Ok(CudaBackend {
@@ -360,7 +493,7 @@ impl CudaBackend {
     /// counted from their device nodes before the driver can say).
     pub fn new_prepared(
         gpu: &GpuOptions,
-        png_filter: Option<u32>,
+        wish: &OutputWish,
         reason: &str,
         hint: Option<&(dyn Fn(usize) -> Option<SlotHint> + Sync)>,
     ) -> Result<CudaBackend, String> {
@@ -382,7 +515,7 @@ impl CudaBackend {
                         .unwrap_or_default()
                 })
             });
-            let backend = CudaBackend::new(gpu, png_filter, reason)?;
+            let backend = CudaBackend::new(gpu, wish, reason)?;
             if let Some(handle) = prefault {
                 let regions = handle.join().unwrap_or_default();
                 let (count, t) = (regions.len(), std::time::Instant::now());
@@ -448,6 +581,8 @@ impl Backend for CudaBackend {
             transfer,
             reason: format!("{}; {}", self.reason, self.kernels),
             decode: self.shared.codecs.describe(),
+            encoder: self.shared.encoder_line.0.clone(),
+            encoder_reason: self.shared.encoder_line.1.clone(),
         }
     }
 
@@ -499,5 +634,54 @@ mod tests {
         assert_eq!(visible_of(1, Some("0,1,2")), 1);
         assert_eq!(visible_of(2, Some("")), 0);
         assert_eq!(visible_of(0, None), 0);
+    }
+
+    #[test]
+    fn the_encoder_choice_says_why_the_cpu_encodes() {
+        use super::encode::{GpuEncodeWish, PngEffort};
+        use super::{load_encoder, GpuEncodeChoice, GpuOptions, OutputWish};
+        let dir = crate::scratch_dir("encoder-choice");
+        let png = OutputWish {
+            png_filter: Some(5),
+            gpu_encode: Ok(GpuEncodeWish::Png {
+                filter: 5,
+                effort: PngEffort::Fast,
+            }),
+        };
+        let gpu = |encode| GpuOptions {
+            encode,
+            library_path: Some(dir.clone()),
+            ..GpuOptions::default()
+        };
+        let (enc, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Cpu), &png, &[]).unwrap();
+        assert!(enc.is_none());
+        assert_eq!((line.as_str(), why.as_str()), ("cpu", "gpu.encode = cpu"));
+        let tiff = OutputWish {
+            gpu_encode: Err("no GPU encoder for tiff output".into()),
+            ..png.clone()
+        };
+        let (_, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &tiff, &[]).unwrap();
+        assert_eq!(line, "cpu");
+        assert_eq!(why, "gpu.encode = auto: no GPU encoder for tiff output");
+        let err = load_encoder(&gpu(GpuEncodeChoice::Gpu), &tiff, &[])
+            .err()
+            .unwrap();
+        assert!(
+            err.contains("gpu.encode = gpu, but no GPU encoder"),
+            "{err}"
+        );
+        // PNG under auto: the CPU encoders, measured faster, whether nvCOMP loads or not.
+        let (enc, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &png, &[]).unwrap();
+        assert!(enc.is_none());
+        assert_eq!(line, "cpu");
+        assert_eq!(why, super::AUTO_PNG_ON_CPU);
+        // Where libnvcomp is missing (CI), gpu refuses, naming the library.
+        if super::nvcomp::Nvcomp::load(Some(&dir)).is_err() {
+            let err = load_encoder(&gpu(GpuEncodeChoice::Gpu), &png, &[])
+                .err()
+                .unwrap();
+            assert!(err.contains("libnvcomp.so.6 not found"), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

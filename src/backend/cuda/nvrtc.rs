@@ -17,6 +17,7 @@ pub fn source() -> String {
         include_str!("../../../kernels/gray.cu"),
         include_str!("../../../kernels/color.cu"),
         include_str!("../../../kernels/png.cu"),
+        include_str!("../../../kernels/zlib.cu"),
         include_str!("../../../kernels/probes.cu"),
     ] {
         for line in part.lines() {

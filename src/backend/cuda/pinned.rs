@@ -167,7 +167,7 @@ impl PinnedAllocator {
             .map_err(|e| AllocError::Driver(e.to_string()))?;
         let ptr = NonNull::new(ptr)
             .ok_or_else(|| AllocError::Driver("cuMemHostAlloc returned null".into()))?;
-        if ptr.as_ptr() as usize % SLOT_ALIGN != 0 {
+        if !(ptr.as_ptr() as usize).is_multiple_of(SLOT_ALIGN) {
             // cuMemHostAlloc returns page-aligned memory; anything else breaks the kernels'
             // 16-byte loads.
             // SAFETY: from alloc_host_mapped, not used afterwards.

@@ -18,9 +18,13 @@ use std::time::{Duration, Instant};
 
 use super::decode::{Decoded, FrameDecoder};
 use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
-use super::{Shared, Strategy};
+use super::encode::{packed_len, GpuPng, PACKED_HEADER};
+use super::nvjpeg::{Chroma, JpegEncoder};
+use super::{GpuEncoder, Shared, Strategy};
 use crate::backend::cpu::CpuRenderer;
-use crate::backend::{BackendError, RenderError, RenderOutcome, RenderTimings, RenderWorker};
+use crate::backend::{
+    BackendError, Encoded, RenderError, RenderOutcome, RenderTimings, RenderWorker,
+};
 use crate::memory::Slot;
 use crate::render::chain::{self, Resolved, ResolvedVoi};
 use crate::render::plan::{Chain, ColorModel, ColorPlan, FramePlan, GrayPlan, Window};
@@ -78,6 +82,16 @@ struct Io {
     output: u64,
 }
 
+/// This worker's GPU encoder (scratch memory and library state bound to its stream).
+enum WorkerEncoder {
+    /// PNG rows filtered with `filter`, compressed by nvCOMP.
+    Png {
+        png: GpuPng,
+        filter: u32,
+    },
+    Jpeg(JpegEncoder),
+}
+
 /// Per-thread GPU state.
 pub struct CudaWorker {
     index: usize,
@@ -86,7 +100,11 @@ pub struct CudaWorker {
     _module: Arc<Module>,
     stream: Arc<Stream>,
     k: Kernels,
-    ev: [Event; 4],
+    ev: [Event; 5],
+    /// The GPU encoder, when the GPU encodes the output.
+    encoder: Option<WorkerEncoder>,
+    /// Whether this worker has said that a frame fell back to the CPU encoder.
+    fallback_noted: bool,
     dev_in: Option<DeviceBuffer>,
     dev_out: Option<DeviceBuffer>,
     /// Rendered 8-bit pixels awaiting the PNG filter kernel.
@@ -122,6 +140,27 @@ enum Source {
     Device(u64),
 }
 
+/// Queues `png_filter_rows` (kernels/png.cu): the frame's pixels at `pixels` as rows filtered
+/// with `mode` (a filter type, 5 adaptive) at `rows`, both device addresses.
+fn launch_filter(
+    f: Function,
+    stream: &Stream,
+    plan: &FramePlan,
+    mode: u32,
+    pixels: u64,
+    rows: u64,
+) -> Result<(), CudaError> {
+    let channels = plan.channels() as u32;
+    let args = Args::default()
+        .u64(pixels)
+        .u64(rows)
+        .u32(plan.cols * channels)
+        .u32(plan.rows)
+        .u32(channels)
+        .u32(mode);
+    driver::launch(f, plan.rows, BLOCK, 0, stream, args)
+}
+
 fn grid_for(work: u64) -> u32 {
     work.div_ceil(BLOCK as u64).clamp(1, 65_535 * 8) as u32
 }
@@ -141,9 +180,37 @@ impl CudaWorker {
             Event::new(&device)?,
             Event::new(&device)?,
             Event::new(&device)?,
+            Event::new(&device)?,
         ];
         let ev_decode = [Event::new(&device)?, Event::new(&device)?];
         let ev_done = Event::blocking(&device)?;
+        let encoder = match &shared.encoder {
+            None => None,
+            Some(GpuEncoder::Png {
+                nvcomp,
+                filter,
+                effort,
+            }) => Some(WorkerEncoder::Png {
+                png: GpuPng::new(
+                    nvcomp.clone(),
+                    &module,
+                    stream.clone(),
+                    effort.algorithm(),
+                    effort.zlib_header(),
+                )
+                .map_err(BackendError::Unavailable)?,
+                filter: *filter,
+            }),
+            Some(GpuEncoder::Jpeg { nvjpeg, quality }) => {
+                let lib = nvjpeg.get(device_slot).ok_or_else(|| {
+                    BackendError::Unavailable(format!("no nvJPEG handle for GPU {device_slot}"))
+                })?;
+                Some(WorkerEncoder::Jpeg(
+                    JpegEncoder::new(lib.clone(), &stream, *quality)
+                        .map_err(|e| BackendError::Unavailable(e.to_string()))?,
+                ))
+            }
+        };
         Ok(CudaWorker {
             index,
             device_slot,
@@ -158,6 +225,8 @@ impl CudaWorker {
             stream,
             k,
             ev,
+            encoder,
+            fallback_noted: false,
             dev_in: None,
             dev_out: None,
             dev_pixels: None,
@@ -182,6 +251,9 @@ impl CudaWorker {
         self.dev_table = None;
         self.dev_counts = None;
         self.table_key = None;
+        if let Some(WorkerEncoder::Png { png, .. }) = &mut self.encoder {
+            png.release();
+        }
     }
 
     /// Queues the input transfer for `strategy` and returns the device pointers to use. Values
@@ -439,6 +511,9 @@ impl CudaWorker {
     ) -> Result<RenderOutcome, RenderError> {
         let cuda = RenderError::Cuda;
         self.shared.devices[self.device_slot].bind().map_err(cuda)?;
+        if self.encoder.is_some() {
+            return self.render_encoded(strategy, source, plan, slot);
+        }
         let in_bytes = plan.input_bytes();
         // A frame with overlay planes leaves the GPU as pixels: the overlays are drawn on the
         // host by the CPU backend's code (see `render`), and the writer filters its rows.
@@ -471,7 +546,197 @@ impl CudaWorker {
             None => staged,
         };
         self.ev[1].record(&self.stream).map_err(cuda)?;
-        let window = match &plan.chain {
+        let window = self.render_chain(plan, pixels, io)?;
+        if let Some(mode) = png_filter {
+            self.filter_rows(strategy, plan, mode, io.output, staged.output)
+                .map_err(cuda)?;
+        }
+        self.ev[2].record(&self.stream).map_err(cuda)?;
+        self.stage_out(strategy, staged, slot, out_bytes)
+            .map_err(cuda)?;
+        self.ev[3].record(&self.stream).map_err(cuda)?;
+        self.finish_frame(source).map_err(cuda)?;
+        let ms = |a, b| self.between(a, b);
+        // Every transfer is queued on this stream, so its events time all three parts (the
+        // GPU decode, when there was one, is timed by its own events: `render_frame`).
+        let timings = RenderTimings {
+            transfer_in: ms(0, 1).map_err(cuda)?,
+            decode: Duration::ZERO,
+            compute: ms(1, 2).map_err(cuda)?,
+            encode: Duration::ZERO,
+            transfer_out: ms(2, 3).map_err(cuda)?,
+        };
+        Ok(RenderOutcome {
+            window,
+            timings,
+            device: Some(self.shared.devices[self.device_slot].ordinal),
+            png_rows: png_filter.is_some(),
+            encoded: None,
+        })
+    }
+
+    /// Renders into device memory and encodes there (nvCOMP PNG or nvJPEG): the output slot
+    /// receives the compressed bytes only. A frame the GPU cannot encode (nvCOMP failed, or the
+    /// result does not fit the slot) goes back as filtered rows or pixels, for the writer to
+    /// encode; each worker says so once.
+    fn render_encoded(
+        &mut self,
+        strategy: Strategy,
+        source: Source,
+        plan: &FramePlan,
+        slot: &mut Slot,
+    ) -> Result<RenderOutcome, RenderError> {
+        let cuda = RenderError::Cuda;
+        let pixels = plan.pixels() as u64;
+        let cap = plan.output_capacity();
+        self.ev[0].record(&self.stream).map_err(cuda)?;
+        let staged = self
+            .stage_in(strategy, source, slot, plan.input_bytes(), 0)
+            .map_err(cuda)?;
+        let dev_pixels =
+            driver::ensure_buffer(&mut self.dev_pixels, &self.stream, plan.output_bytes())
+                .map_err(cuda)?;
+        let io = Io {
+            input: staged.input,
+            output: dev_pixels,
+        };
+        self.ev[1].record(&self.stream).map_err(cuda)?;
+        let window = self.render_chain(plan, pixels, io)?;
+        let device = Some(self.shared.devices[self.device_slot].ordinal);
+        let mut outcome = RenderOutcome {
+            window,
+            timings: RenderTimings::default(),
+            device,
+            png_rows: false,
+            encoded: None,
+        };
+        let slot_dev = slot.output.device_ptr();
+        match self.encoder.as_mut() {
+            Some(WorkerEncoder::Png { png, filter }) => {
+                let rows =
+                    driver::ensure_buffer(&mut self.dev_rows, &self.stream, cap).map_err(cuda)?;
+                launch_filter(
+                    self.k.png_filter_rows,
+                    &self.stream,
+                    plan,
+                    *filter,
+                    dev_pixels,
+                    rows,
+                )
+                .map_err(cuda)?;
+                self.ev[2].record(&self.stream).map_err(cuda)?;
+                let packed = png
+                    .queue(rows, cap, cap, None)
+                    .map_err(|e| RenderError::Internal(format!("GPU PNG encoder: {e}")))?;
+                self.ev[3].record(&self.stream).map_err(cuda)?;
+                let zlib_len = if slot_dev != 0 {
+                    // Mapped slot: one kernel copies exactly the stream, wide stores.
+                    png.copy_packed(slot_dev, cap).map_err(cuda)?;
+                    self.ev[4].record(&self.stream).map_err(cuda)?;
+                    self.stream.synchronize().map_err(cuda)?;
+                    packed_len(slot.output.bytes(PACKED_HEADER))
+                } else {
+                    // Heap slot (pageable): the length first, then the stream.
+                    let out = slot.output.bytes_mut(cap).as_mut_ptr();
+                    // SAFETY: the slot holds cap >= 8 bytes; synchronized before it is read.
+                    unsafe { driver::copy_dtoh_async(out, packed, PACKED_HEADER, &self.stream) }
+                        .map_err(cuda)?;
+                    self.stream.synchronize().map_err(cuda)?;
+                    let len = packed_len(slot.output.bytes(PACKED_HEADER));
+                    if let Some(len) = len {
+                        // SAFETY: 8 + len <= cap (the packing checked it); synchronized below.
+                        unsafe {
+                            driver::copy_dtoh_async(
+                                out.add(PACKED_HEADER),
+                                packed + PACKED_HEADER as u64,
+                                len,
+                                &self.stream,
+                            )
+                        }
+                        .map_err(cuda)?;
+                    }
+                    self.ev[4].record(&self.stream).map_err(cuda)?;
+                    self.stream.synchronize().map_err(cuda)?;
+                    len
+                };
+                let ms = |a, b| self.between(a, b);
+                outcome.timings = RenderTimings {
+                    transfer_in: ms(0, 1).map_err(cuda)?,
+                    decode: Duration::ZERO,
+                    compute: ms(1, 2).map_err(cuda)?,
+                    encode: ms(2, 3).map_err(cuda)?,
+                    transfer_out: ms(3, 4).map_err(cuda)?,
+                };
+                match zlib_len {
+                    Some(len) => {
+                        outcome.encoded = Some(Encoded::PngZlib {
+                            offset: PACKED_HEADER,
+                            len,
+                        })
+                    }
+                    None => {
+                        self.note_fallback("PNG: nvCOMP failed or the stream did not fit the slot");
+                        self.rows_to_slot(rows, cap, slot).map_err(cuda)?;
+                        outcome.png_rows = true;
+                    }
+                }
+            }
+            Some(WorkerEncoder::Jpeg(jpeg)) => {
+                self.ev[2].record(&self.stream).map_err(cuda)?;
+                // SAFETY: the pixels stay in dev_pixels until the stream is synchronized
+                // (length() synchronizes it).
+                unsafe {
+                    jpeg.encode(
+                        dev_pixels,
+                        plan.cols,
+                        plan.rows,
+                        plan.channels(),
+                        Chroma::Full444,
+                    )
+                }
+                .map_err(|e| RenderError::Internal(e.to_string()))?;
+                self.ev[3].record(&self.stream).map_err(cuda)?;
+                let len = jpeg
+                    .length()
+                    .map_err(|e| RenderError::Internal(e.to_string()))?;
+                let t = Instant::now();
+                if len <= cap {
+                    let got = jpeg
+                        .retrieve(slot.output.bytes_mut(len))
+                        .map_err(|e| RenderError::Internal(e.to_string()))?;
+                    outcome.encoded = Some(Encoded::Jpeg { len: got });
+                } else {
+                    self.note_fallback("JPEG: the bitstream is larger than the slot");
+                    let out = slot.output.bytes_mut(plan.output_bytes()).as_mut_ptr();
+                    // SAFETY: the slot holds the frame's pixels; synchronized below.
+                    unsafe {
+                        driver::copy_dtoh_async(out, dev_pixels, plan.output_bytes(), &self.stream)
+                    }
+                    .map_err(cuda)?;
+                    self.stream.synchronize().map_err(cuda)?;
+                }
+                let ms = |a, b| self.between(a, b);
+                outcome.timings = RenderTimings {
+                    transfer_in: ms(0, 1).map_err(cuda)?,
+                    decode: Duration::ZERO,
+                    compute: ms(1, 2).map_err(cuda)?,
+                    encode: ms(2, 3).map_err(cuda)?,
+                    transfer_out: t.elapsed(),
+                };
+            }
+            None => return Err(RenderError::Internal("no GPU encoder".into())),
+        }
+        Ok(outcome)
+    }
+
+    /// Runs the plan's chain: pixels from `io.input` to `io.output`; the window applied.
+    fn render_chain(
+        &mut self,
+        plan: &FramePlan,
+        pixels: u64,
+        io: Io,
+    ) -> Result<Option<Window>, RenderError> {
+        Ok(match &plan.chain {
             Chain::Gray(g) => match IndexMap::of(&g.stored) {
                 Some(map) => self.render_gray(g, map, pixels, io)?,
                 None => {
@@ -484,39 +749,58 @@ impl CudaWorker {
                 self.render_color(c, pixels, io)?;
                 None
             }
-        };
-        if let Some(mode) = png_filter {
-            self.filter_rows(strategy, plan, mode, io.output, staged.output)
-                .map_err(cuda)?;
-        }
-        self.ev[2].record(&self.stream).map_err(cuda)?;
-        self.stage_out(strategy, staged, slot, out_bytes)
-            .map_err(cuda)?;
-        self.ev[3].record(&self.stream).map_err(cuda)?;
+        })
+    }
+
+    /// Waits for the frame's queued work: a GPU-decoded frame by sleeping on an event (many
+    /// workers wait milliseconds for their decodes at once; spinning would hold every core),
+    /// others by synchronizing the stream.
+    fn finish_frame(&self, source: Source) -> Result<(), CudaError> {
         match source {
             Source::Device(_) => {
-                self.ev_done.record(&self.stream).map_err(cuda)?;
-                self.ev_done.synchronize().map_err(cuda)?;
+                self.ev_done.record(&self.stream)?;
+                self.ev_done.synchronize()
             }
-            Source::Slot => self.stream.synchronize().map_err(cuda)?,
+            Source::Slot => self.stream.synchronize(),
         }
-        let ms = |a: usize, b: usize| {
-            Event::elapsed_ms(&self.ev[a], &self.ev[b])
-                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
-        };
-        // Every transfer is queued on this stream, so its events time all three parts.
-        let timings = RenderTimings {
-            transfer_in: ms(0, 1).map_err(cuda)?,
-            decode: Duration::ZERO,
-            compute: ms(1, 2).map_err(cuda)?,
-            transfer_out: ms(2, 3).map_err(cuda)?,
-        };
-        Ok(RenderOutcome {
-            window,
-            timings,
-            device: Some(self.shared.devices[self.device_slot].ordinal),
-            png_rows: png_filter.is_some(),
-        })
+    }
+
+    /// Time between the completed events `a` and `b` of this frame.
+    fn between(&self, a: usize, b: usize) -> Result<Duration, CudaError> {
+        Event::elapsed_ms(&self.ev[a], &self.ev[b])
+            .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
+    }
+
+    /// The fallback of a frame the GPU could not encode: its filtered rows into the slot.
+    fn rows_to_slot(&mut self, rows: u64, cap: usize, slot: &mut Slot) -> Result<(), CudaError> {
+        let slot_dev = slot.output.device_ptr();
+        if slot_dev != 0 {
+            let args = Args::default().u64(rows).u64(slot_dev).u64(cap as u64);
+            driver::launch(
+                self.k.copy_bytes,
+                grid_for((cap as u64).div_ceil(16)),
+                BLOCK,
+                0,
+                &self.stream,
+                args,
+            )?;
+        } else {
+            let out = slot.output.bytes_mut(cap).as_mut_ptr();
+            // SAFETY: the slot holds cap bytes; synchronized below.
+            unsafe { driver::copy_dtoh_async(out, rows, cap, &self.stream)? };
+        }
+        self.stream.synchronize()
+    }
+
+    fn note_fallback(&mut self, what: &str) {
+        if !self.fallback_noted {
+            self.fallback_noted = true;
+            tracing::warn!(
+                "CUDA worker {}: the GPU could not encode a frame ({what}); the CPU encodes such \
+                 frames (said once per worker)",
+                self.index
+            );
+        }
     }
 
     /// PNG-filters the rendered pixels at `pixels` (device memory) into `output`: directly
@@ -535,21 +819,13 @@ impl CudaWorker {
             Strategy::ZeroCopy => driver::ensure_buffer(&mut self.dev_rows, &self.stream, bytes)?,
             Strategy::Pinned | Strategy::Pageable => output,
         };
-        let channels = plan.channels() as u32;
-        let args = Args::default()
-            .u64(pixels)
-            .u64(rows_at)
-            .u32(plan.cols * channels)
-            .u32(plan.rows)
-            .u32(channels)
-            .u32(mode);
-        driver::launch(
+        launch_filter(
             self.k.png_filter_rows,
-            plan.rows,
-            BLOCK,
-            0,
             &self.stream,
-            args,
+            plan,
+            mode,
+            pixels,
+            rows_at,
         )?;
         if rows_at != output {
             let args = Args::default().u64(rows_at).u64(output).u64(bytes as u64);

@@ -115,7 +115,7 @@ fn upsample_row<'a>(method: Method, line: Line<'a>, buf: &'a mut [u16]) -> Resul
         Method::H2V2Fancy => {
             let r = line.y / 2;
             // Even output rows lean on the row above, odd ones on the row below (clamped).
-            let far = if line.y % 2 == 0 {
+            let far = if line.y.is_multiple_of(2) {
                 r.saturating_sub(1)
             } else {
                 (r + 1).min(line.comp.ds_height.saturating_sub(1))
