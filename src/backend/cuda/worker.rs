@@ -511,12 +511,13 @@ impl CudaWorker {
     ) -> Result<RenderOutcome, RenderError> {
         let cuda = RenderError::Cuda;
         self.shared.devices[self.device_slot].bind().map_err(cuda)?;
-        if self.encoder.is_some() {
+        // A frame with overlay planes leaves the GPU as pixels, neither encoded nor filtered:
+        // the overlays are drawn on the host by the CPU backend's code (see `render`), and the
+        // writer encodes the frame.
+        if self.encoder.is_some() && plan.overlay.is_none() {
             return self.render_encoded(strategy, source, plan, slot);
         }
         let in_bytes = plan.input_bytes();
-        // A frame with overlay planes leaves the GPU as pixels: the overlays are drawn on the
-        // host by the CPU backend's code (see `render`), and the writer filters its rows.
         let png_filter = match plan.overlay {
             Some(_) => None,
             None => self.shared.png_filter,
