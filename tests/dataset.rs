@@ -208,6 +208,32 @@ fn rotation_flips_and_inversion_match_their_definitions() {
 }
 
 #[test]
+fn overlays_are_drawn_before_the_operators() {
+    // The overlay planes turn with the image: rotating the output with overlays equals the
+    // rotated rendering with overlays (and differs from it without them).
+    let root = tempdir("ds-overlays");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
+    for name in ["overlays.dcm", "overlays_embedded.dcm"] {
+        let input = fixtures.join(name);
+        let stem = name.trim_end_matches(".dcm");
+        let base = root.join(format!("{stem}-base"));
+        render(&input, &base, &[]);
+        let turned = root.join(format!("{stem}-turned"));
+        render(&input, &turned, &["--rotate", "90", "--flip", "h"]);
+        let want = orient(&png(&base.join(format!("{stem}.png"))), 90, "h");
+        assert_eq!(png(&turned.join(format!("{stem}.png"))), want, "{name}");
+        let plain = root.join(format!("{stem}-plain"));
+        render(
+            &input,
+            &plain,
+            &["--rotate", "90", "--flip", "h", "--overlays", "off"],
+        );
+        assert_ne!(png(&plain.join(format!("{stem}.png"))), want, "{name}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
 fn output_sizes_follow_resize_fit_and_scale() {
     let root = tempdir("ds-sizes");
     let input = root.join("ct.dcm");

@@ -141,6 +141,7 @@ fn plans() -> Vec<FramePlan> {
                     }),
                     ops: None,
                     encoded: None,
+                    overlay: None,
                 });
             }
         }
@@ -212,6 +213,7 @@ fn plans() -> Vec<FramePlan> {
             }),
             ops: None,
             encoded: None,
+            overlay: None,
         });
     }
     v
@@ -796,6 +798,51 @@ fn gpu_bench_transfer_prints_every_strategy_and_the_zero_copy_floor() {
     ] {
         assert!(table.contains(probe), "{probe}:\n{table}");
     }
+}
+
+#[test]
+fn gpu_damaged_images_fail_as_on_the_cpu() {
+    if gpu_or_skip("gpu_damaged_images_fail_as_on_the_cpu").is_none() {
+        return;
+    }
+    // Issue 16 causes 3 and 9: damaged images and cut frames are failures on every backend.
+    let damaged = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/damaged");
+    let root = tempdir("gpu-damaged");
+    let mut reports = Vec::new();
+    for backend in ["cpu", "cuda"] {
+        let report = root.join(format!("{backend}.json"));
+        let out = Command::new(bin())
+            .arg("run")
+            .arg(&damaged)
+            .arg("-o")
+            .arg(root.join(backend))
+            .args(["-q", "--no-tui", "--backend", backend, "--report"])
+            .arg(&report)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{backend}: exit code");
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let mut files: Vec<(String, String)> = json["result"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["path"].as_str().unwrap().to_string(),
+                    f["status"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        files.sort();
+        assert!(
+            files.iter().all(|(_, s)| s == "failed"),
+            "{backend}: {files:?}"
+        );
+        reports.push(files);
+    }
+    assert_eq!(reports[0], reports[1]);
+    std::fs::remove_dir_all(&root).unwrap();
 }
 
 /// The codec libraries load here (else prints why the GPU decode tests skip).

@@ -311,6 +311,7 @@ fn channel_kernel_equals_the_cpu_reference() {
                 chain: Chain::Channels(gs.clone()),
                 ops: None,
                 encoded: None,
+                overlay: None,
             };
             let input = noise(bits_stored as u32 * 7 + n as u32, plan.input_bytes());
             let mut want = vec![0u8; plan.output_bytes()];

@@ -290,8 +290,9 @@ fn fail_fast_stops_at_the_first_failure() {
     let valid = std::fs::read(&good[0]).unwrap();
     let d = hostile::Dicom::parse(&valid);
     let mut bad = d.clone();
-    bad.set_us(0x0028, 0x0100, 12);
-    let bad_path = series.join("0000_bits12.dcm");
+    // Bits Allocated 24 is no layout DICOM defines (1, 8, 12, 16 and 32 are read).
+    bad.set_us(0x0028, 0x0100, 24);
+    let bad_path = series.join("0000_bits24.dcm");
     assert!(good
         .iter()
         .all(|g| g.file_name().unwrap() > bad_path.file_name().unwrap()));

@@ -73,6 +73,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let limits = DecodeLimits {
         max_frame_bytes: 64 << 20,
+        // Partial decoding takes the most paths through the decoders.
+        damaged: dicomflow::decode::Damaged::Render,
     };
     let Ok(mut file) = ImageFile::open(path, kind, limits) else {
         return;
@@ -88,6 +90,7 @@ fuzz_target!(|data: &[u8]| {
     let opts = RenderOptions {
         window,
         voi_function: None,
+        overlays: true,
     };
     let mut input = vec![0u8; info.frame_bytes() as usize];
     let mut scratch = Vec::new();
@@ -101,5 +104,17 @@ fuzz_target!(|data: &[u8]| {
         };
         let mut out = vec![0u8; plan.output_bytes()];
         let _ = renderer.render_bytes(&plan, &input, &mut out);
+        if let (Some(overlay), dicomflow::render::plan::Chain::Gray(g)) =
+            (&plan.overlay, &plan.chain)
+        {
+            dicomflow::render::overlay::apply(
+                overlay,
+                &input,
+                g.stored.bytes(),
+                &mut out,
+                plan.cols,
+                plan.rows,
+            );
+        }
     }
 });

@@ -330,6 +330,13 @@ pub struct JobArgs {
     /// VOI LUT function: file, linear, linear-exact, sigmoid.
     #[arg(long)]
     pub voi_function: Option<String>,
+    /// A frame whose compressed data ends early: fail (report it), or render what decodes
+    /// with the rest black (DCMTK's +wi).
+    #[arg(long)]
+    pub damaged: Option<String>,
+    /// Overlay planes (60xx) on grayscale frames: on (default, as dcm2pnm) or off (DCMTK -O).
+    #[arg(long, value_parser = ["on", "off"])]
+    pub overlays: Option<String>,
     /// Frames of multi-frame files: all, or a list such as 1,5-10,last (1-based).
     #[arg(long)]
     pub frames: Option<String>,
@@ -437,6 +444,8 @@ impl JobArgs {
     /// The CLI's configuration layer (only what was given).
     pub fn to_raw(&self) -> RawConfig {
         let mut r = RawConfig::default();
+        r.decode.damaged = self.damaged.clone();
+        r.render.overlays = self.overlays.as_deref().map(|v| v == "on");
         r.render.window = match self.window.as_slice() {
             [] => None,
             [one] => Some(RawWindows::One(one.clone())),

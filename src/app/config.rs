@@ -11,6 +11,7 @@ use serde::Deserialize;
 use dicomflow::backend::options::{
     BackendChoice, BackendOptions, GpuDecode, GpuEncodeChoice, GpuSelection, PageLocking, Transfer,
 };
+use dicomflow::decode::Damaged;
 use dicomflow::error::FatalError;
 use dicomflow::output::options::{Naming, OutputFormat, PngCompression, PngFilter, SyncMode};
 use dicomflow::paths::Escaped;
@@ -30,6 +31,8 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
+    #[serde(default)]
+    pub decode: RawDecode,
     #[serde(default)]
     pub render: RawRender,
     #[serde(default)]
@@ -77,9 +80,16 @@ pub struct RawWatch {
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct RawDecode {
+    pub damaged: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RawRender {
     pub window: Option<RawWindows>,
     pub voi_function: Option<String>,
+    pub overlays: Option<bool>,
     pub frames: Option<String>,
     pub resize: Option<String>,
     pub scale: Option<f64>,
@@ -370,6 +380,15 @@ impl Settings {
 
     /// Applies one layer over `self`, checking every value it sets.
     pub fn apply(&mut self, raw: &RawConfig, origin: &Origin) -> Result<(), FatalError> {
+        if let Some(v) = &raw.decode.damaged {
+            self.job.decode.damaged = one_of(
+                origin,
+                "decode.damaged",
+                v,
+                &[("fail", Damaged::Fail), ("render", Damaged::Render)],
+                "use fail or render",
+            )?;
+        }
         let r = &raw.render;
         let render = &mut self.job.render;
         if let Some(v) = &r.window {
@@ -415,6 +434,9 @@ impl Settings {
         if let Some(v) = &r.voi_function {
             render.voi_function =
                 parse_voi_override(v).map_err(|e| bad(origin, "render.voi_function", v, e))?;
+        }
+        if let Some(v) = r.overlays {
+            render.overlays = v;
         }
         if let Some(v) = &r.frames {
             render.frames = v.parse().map_err(|e| bad(origin, "render.frames", v, e))?;

@@ -64,6 +64,38 @@ impl Backend for CpuBackend {
     }
 }
 
+/// Draws a frame's overlay planes on its rendering `out` (8-bit, the frame's own size: before
+/// any operator, which then resizes or turns them with the image). Both backends call this, so
+/// the bytes are the same. `input` holds the frame's stored values.
+pub fn draw_overlay(
+    plan: &FramePlan,
+    overlay: &crate::render::overlay::FrameOverlay,
+    input: &[u8],
+    out: &mut [u8],
+) {
+    let bytes = match &plan.chain {
+        Chain::Gray(g) => g.stored.bytes(),
+        // DCMTK draws overlays on monochrome images only; window channels are left alone too.
+        Chain::Channels(_) | Chain::Color(_) => return,
+    };
+    // Only planes embedded in the pixel data read the stored values (always uncompressed, so
+    // the slot's input holds them).
+    let embedded = overlay.planes.iter().any(|p| {
+        matches!(
+            p.plane.bits,
+            crate::decode::overlay::OverlayBits::Embedded { .. }
+        )
+    });
+    let input = if embedded && plan.encoded.is_none() {
+        &input[..plan.input_bytes().min(input.len())]
+    } else {
+        &[]
+    };
+    let n = plan.rendered_bytes().min(out.len());
+    let out = &mut out[..n];
+    crate::render::overlay::apply(overlay, input, bytes, out, plan.cols, plan.rows);
+}
+
 /// Compiled tables kept per thread: one per window channel, and one more so that alternating
 /// plans do not rebuild each other's.
 const TABLES_KEPT: usize = 4;
@@ -116,7 +148,7 @@ impl RenderWorker for CpuRenderer {
 
 impl CpuRenderer {
     /// Renders `input` (stored values) into `out` (8-bit, the output size: after the
-    /// operators), returning the window applied (the first channel's).
+    /// operators), overlays drawn, returning the window applied (the first channel's).
     pub fn render_bytes(
         &mut self,
         plan: &FramePlan,
@@ -127,14 +159,19 @@ impl CpuRenderer {
             return Err(RenderError::Internal("slot smaller than the frame".into()));
         }
         let Some(op) = plan.ops else {
-            return self
-                .render_chain(plan, input, out)
-                .map_err(RenderError::Plan);
+            let window = self.render_chain(plan, input, out);
+            if let (Ok(_), Some(overlay)) = (&window, &plan.overlay) {
+                draw_overlay(plan, overlay, input, out);
+            }
+            return window.map_err(RenderError::Plan);
         };
         let mut rendered = std::mem::take(&mut self.rendered);
         rendered.resize(plan.rendered_bytes(), 0);
         let window = self.render_chain(plan, input, &mut rendered);
         if window.is_ok() {
+            if let Some(overlay) = &plan.overlay {
+                draw_overlay(plan, overlay, input, &mut rendered);
+            }
             if self.op_tables.as_ref().is_none_or(|(o, _)| *o != op) {
                 self.op_tables = Some((op, op.tables()));
             }

@@ -1,15 +1,32 @@
 //! Which encapsulated fragments hold frame `f`: by the Basic Offset Table when present, one
 //! fragment per frame when the counts agree, every fragment for a single frame, and otherwise
-//! by JPEG start-of-image markers (files written without an offset table by encoders that
-//! split frames into several fragments).
+//! by the fragments that start a frame (a JPEG start-of-image marker, an RLE header: files
+//! written without an offset table by encoders that split frames into several fragments).
 
-/// Concatenates the fragments of frame `frame` (0-based) into `out`.
+/// How a fragment that starts a frame is told, for transfer syntax `ts`: an RLE header for
+/// RLE Lossless, a JPEG start-of-image marker otherwise.
+pub fn frame_start_test(ts: &str) -> fn(&[u8]) -> bool {
+    if ts == "1.2.840.10008.1.2.5" {
+        super::rle::looks_like_header
+    } else {
+        starts_jpeg
+    }
+}
+
+/// True when a fragment starts a JPEG or JPEG-LS codestream (a start-of-image marker).
+pub fn starts_jpeg(fragment: &[u8]) -> bool {
+    fragment.starts_with(&[0xff, 0xd8])
+}
+
+/// Concatenates the fragments of frame `frame` (0-based) into `out`. `starts_frame` tells a
+/// fragment that begins a frame, for files with several fragments per frame and no table.
 pub fn frame_bytes(
     offset_table: &[u32],
     fragments: &[Vec<u8>],
     frames: u32,
     frame: u32,
     out: &mut Vec<u8>,
+    starts_frame: fn(&[u8]) -> bool,
 ) -> Result<(), String> {
     out.clear();
     if fragments.is_empty() {
@@ -54,10 +71,10 @@ pub fn frame_bytes(
         out.extend_from_slice(&fragments[f]);
         return Ok(());
     }
-    // No usable table: a frame starts at each fragment that begins with a JPEG SOI marker.
+    // No usable table: a frame starts at each fragment that `starts_frame` recognises.
     let mut current: Option<usize> = None;
     for frag in fragments {
-        if frag.starts_with(&[0xff, 0xd8]) {
+        if starts_frame(frag) {
             current = Some(current.map_or(0, |c| c + 1));
         }
         if current == Some(f) {
@@ -84,9 +101,9 @@ mod tests {
         // frame 0 = fragments 0 and 1 (12 + 10 bytes), frame 1 = fragment 2.
         let bot = [0, 22];
         let mut out = Vec::new();
-        frame_bytes(&bot, &frags, 2, 0, &mut out).unwrap();
+        frame_bytes(&bot, &frags, 2, 0, &mut out, starts_jpeg).unwrap();
         assert_eq!(out, [1, 1, 1, 1, 2, 2]);
-        frame_bytes(&bot, &frags, 2, 1, &mut out).unwrap();
+        frame_bytes(&bot, &frags, 2, 1, &mut out, starts_jpeg).unwrap();
         assert_eq!(out, [3; 6]);
     }
 
@@ -94,9 +111,9 @@ mod tests {
     fn one_fragment_per_frame_and_single_frame() {
         let frags = vec![vec![1u8], vec![2u8]];
         let mut out = Vec::new();
-        frame_bytes(&[], &frags, 2, 1, &mut out).unwrap();
+        frame_bytes(&[], &frags, 2, 1, &mut out, starts_jpeg).unwrap();
         assert_eq!(out, [2]);
-        frame_bytes(&[], &frags, 1, 0, &mut out).unwrap();
+        frame_bytes(&[], &frags, 1, 0, &mut out, starts_jpeg).unwrap();
         assert_eq!(out, [1, 2]);
     }
 
@@ -110,8 +127,8 @@ mod tests {
             vec![7],
         ];
         let mut out = Vec::new();
-        frame_bytes(&[], &frags, 2, 1, &mut out).unwrap();
+        frame_bytes(&[], &frags, 2, 1, &mut out, starts_jpeg).unwrap();
         assert_eq!(out, [0xff, 0xd8, 2, 8, 7]);
-        assert!(frame_bytes(&[], &frags, 3, 2, &mut out).is_err());
+        assert!(frame_bytes(&[], &frags, 3, 2, &mut out, starts_jpeg).is_err());
     }
 }

@@ -21,6 +21,7 @@ use std::path::Path;
 
 use dicom_encoding::transfer_syntax::DataRWAdapter;
 
+use super::patch::Patch;
 use super::probe::Probe;
 
 /// Deepest sequence nesting accepted (real files nest a handful of levels; dicom-rs needs
@@ -37,6 +38,8 @@ enum Bytes {
     File(File),
     /// A forward-only stream (an inflated data set), `at` bytes consumed.
     Stream { reader: Box<dyn Read>, at: u64 },
+    /// Bytes held in memory (a value [`super::un`] parses again), read like a file.
+    Mem(Vec<u8>),
 }
 
 impl Bytes {
@@ -48,6 +51,14 @@ impl Bytes {
             Bytes::File(f) => {
                 out.resize(old + n, 0);
                 f.read_exact_at(&mut out[old..], at)?;
+                Ok(n)
+            }
+            Bytes::Mem(m) => {
+                let from = usize::try_from(at).unwrap_or(usize::MAX);
+                let src = m
+                    .get(from..from.saturating_add(n))
+                    .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+                out.extend_from_slice(src);
                 Ok(n)
             }
             Bytes::Stream { reader, at: pos } => {
@@ -250,9 +261,35 @@ fn short_vr(vr: &[u8; 2]) -> bool {
     )
 }
 
+/// What the walk saw on its way (as far as it got).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Walk {
+    /// A top-level Pixel Data, Float Pixel Data or Double Float Pixel Data element: the file
+    /// is an image, whatever else is wrong with it.
+    pub pixel_data: bool,
+    /// Same-size patches that let dicom-rs read what DCMTK reads (see [`super::patch`]).
+    pub patches: Vec<Patch>,
+    /// What the patches tolerate, for the file's warnings.
+    pub warnings: Vec<String>,
+    /// An element with VR UN in explicit VR: [`super::un`] has work to do.
+    pub saw_un: bool,
+}
+
 /// Checks the file meta group and the data set of a file [`probe`](super::probe) found to be
-/// DICOM. Returns why the file must not be parsed, or `Ok` (also when the check gave up).
-pub fn check_structure(path: &Path, kind: &Probe, max_pixel_bytes: u64) -> Result<(), String> {
+/// DICOM. Returns why the file must not be parsed, or what the walk saw (also when it gave
+/// up early).
+pub fn check_structure(path: &Path, kind: &Probe, max_pixel_bytes: u64) -> Result<Walk, String> {
+    let mut walk = Walk::default();
+    check_file(path, kind, max_pixel_bytes, &mut walk)?;
+    Ok(walk)
+}
+
+fn check_file(
+    path: &Path,
+    kind: &Probe,
+    max_pixel_bytes: u64,
+    walk: &mut Walk,
+) -> Result<(), String> {
     let file = super::probe::open_input(path).map_err(|e| format!("cannot open: {e}"))?;
     let size = file
         .metadata()
@@ -268,7 +305,7 @@ pub fn check_structure(path: &Path, kind: &Probe, max_pixel_bytes: u64) -> Resul
                 _ => 4, // `DICM` without a preamble (the probe saw it at offset 0)
             };
             src.pos = start;
-            match read_meta(&mut src)? {
+            match read_meta(&mut src, walk)? {
                 Some(ts) => ts,
                 None => return Ok(()),
             }
@@ -276,14 +313,21 @@ pub fn check_structure(path: &Path, kind: &Probe, max_pixel_bytes: u64) -> Resul
     };
     let ts = trim_uid(&ts);
     if let Some(adapter) = deflate_adapter(ts) {
-        return check_deflated(path, src.pos, adapter, max_pixel_bytes);
+        return check_deflated(path, src.pos, adapter, max_pixel_bytes, walk);
     }
     let (explicit, be) = match ts {
         IMPLICIT_VR_LE => (false, false),
         EXPLICIT_VR_BE => (true, true),
         _ => (true, false),
     };
-    check_dataset(&mut src, explicit, be, None)
+    check_dataset(&mut src, explicit, be, None, walk)
+}
+
+/// Checks a data set held in memory, implicit VR little endian (what [`super::un`] hands to
+/// dicom-rs): every length must fit, nesting must stay shallow.
+pub(crate) fn check_implicit_bytes(data: &[u8]) -> Result<(), String> {
+    let mut src = Src::new(Bytes::Mem(data.to_vec()), data.len() as u64);
+    check_dataset(&mut src, false, false, None, &mut Walk::default())
 }
 
 /// A transfer syntax UID as dicom-rs reads it: trailing whitespace of any kind and NULs go
@@ -321,6 +365,7 @@ fn check_deflated(
     start: u64,
     adapter: &dyn DataRWAdapter,
     max_pixel_bytes: u64,
+    walk: &mut Walk,
 ) -> Result<(), String> {
     let mut f = super::probe::open_input(path).map_err(|e| format!("cannot open: {e}"))?;
     f.seek(SeekFrom::Start(start))
@@ -331,7 +376,7 @@ fn check_deflated(
         max_pixel_bytes,
         header_left: DEFLATED_HEADER_BUDGET,
     };
-    check_dataset(&mut src, true, false, Some(budget))
+    check_dataset(&mut src, true, false, Some(budget), walk)
 }
 
 /// What a deflated data set may still inflate to.
@@ -390,8 +435,9 @@ impl ImageAttrs {
 /// Walks the meta group as dicom-rs reads it (explicit VR little endian, unknown VRs with the
 /// long length form, elements read until `FileMetaInformationGroupLength` bytes are
 /// consumed; the data set starts where the last one ends). Returns the Transfer Syntax UID,
-/// or `None` when dicom-rs will reject the group anyway.
-fn read_meta(src: &mut Src) -> Result<Option<String>, String> {
+/// or `None` when dicom-rs will reject the group anyway. Values longer than dicom-rs accepts
+/// (DCMTK reads them) are patched away with a warning.
+fn read_meta(src: &mut Src, walk: &mut Walk) -> Result<Option<String>, String> {
     let Some((group, element, len)) = meta_header(src)? else {
         return Ok(None);
     };
@@ -413,6 +459,17 @@ fn read_meta(src: &mut Src) -> Result<Option<String>, String> {
             return Ok(None);
         }
         fits(src, group, element, len)?;
+        if let Some((name, vr, max)) = meta_limit(group, element).filter(|l| len > l.2) {
+            // dicom-rs refuses the file; renamed to an unknown group-2 element, it is skipped.
+            walk.patches.push(Patch {
+                at: at + 2,
+                bytes: vec![0xff, 0xff],
+            });
+            walk.warnings.push(format!(
+                "file meta ({group:04X},{element:04X}) {name} is {len} bytes, longer than {vr} \
+                 allows ({max}): ignored"
+            ));
+        }
         if (group, element) == (0x0002, 0x0010) {
             ts = Some(match src.peek(len.min(4096) as usize)? {
                 Some(v) if len <= 4096 => String::from_utf8_lossy(v).into_owned(),
@@ -423,6 +480,18 @@ fn read_meta(src: &mut Src) -> Result<Option<String>, String> {
         read += src.pos - at;
     }
     Ok(ts)
+}
+
+/// The meta elements whose length dicom-rs limits: (name, VR, longest accepted).
+fn meta_limit(group: u16, element: u16) -> Option<(&'static str, &'static str, u32)> {
+    Some(match (group, element) {
+        (0x0002, 0x0013) => ("Implementation Version Name", "SH", 16),
+        (0x0002, 0x0016) => ("Source Application Entity Title", "AE", 16),
+        (0x0002, 0x0017) => ("Sending Application Entity Title", "AE", 16),
+        (0x0002, 0x0018) => ("Receiving Application Entity Title", "AE", 16),
+        (0x0002, 0x0100) => ("Private Information Creator UID", "UI", 64),
+        _ => return None,
+    })
 }
 
 /// One element header of the meta group: (group, element, length).
@@ -521,6 +590,7 @@ fn check_dataset(
     explicit: bool,
     be: bool,
     mut budget: Option<Budget>,
+    walk: &mut Walk,
 ) -> Result<(), String> {
     let mut attrs = ImageAttrs::default();
     let mut stack: Vec<Open> = Vec::new();
@@ -637,6 +707,9 @@ fn check_dataset(
             return Ok(()); // end of the data set
         };
         let (group, element) = tag_of(t);
+        if stack.is_empty() && group == 0x7fe0 && matches!(element, 0x0008 | 0x0009 | 0x0010) {
+            walk.pixel_data = true;
+        }
         let (vr, len) = if group == 0xfffe || !explicit {
             let Some(l) = src.take::<4>()? else {
                 return Ok(());
@@ -681,6 +754,31 @@ fn check_dataset(
         if !sq && (group, element) == (0x7fe0, 0x0010) && len == UNDEFINED {
             pixel_header = true;
             continue;
+        }
+        walk.saw_un |= explicit && vr == dicom_core::VR::UN;
+        if explicit && vr == dicom_core::VR::UN && len == UNDEFINED && !src.is_stream() {
+            // CP-246: the items are implicit VR little endian. Patched into an OB of the
+            // content's length, dicom-rs keeps the bytes and `un` parses them afterwards. (A
+            // deflated data set cannot be patched: dicom-rs reports the error.)
+            let header_at = src.pos - 12;
+            let content_at = src.pos;
+            if let Some(content) = implicit_sequence_len(src)? {
+                let mut bytes = b"OB\0\0".to_vec();
+                let len = u32::try_from(content).map_err(|_| "sequence too long".to_string())?;
+                bytes.extend(if be {
+                    len.to_be_bytes()
+                } else {
+                    len.to_le_bytes()
+                });
+                walk.patches.push(Patch {
+                    at: header_at + 4,
+                    bytes,
+                });
+                src.pos = content_at + content;
+                pending = true;
+                continue;
+            }
+            src.pos = content_at;
         }
         if sq || len == UNDEFINED {
             // Every undefined-length element is read as a sequence, whatever its VR.
@@ -795,6 +893,59 @@ fn check_pixel_length(
     Ok(())
 }
 
+/// The length of the content of an undefined-length sequence in implicit VR little endian
+/// (CP-246), from `src.pos` to the end of its Sequence Delimitation Item; `None` when the
+/// bytes do not make sense (dicom-rs then reports the error). Defined-length items and values
+/// are skipped whole: what dicom-rs later parses of them is checked then (`un::normalize`).
+fn implicit_sequence_len(src: &mut Src) -> Result<Option<u64>, String> {
+    let start = src.pos;
+    // Open undefined-length things: true = sequence, false = item.
+    let mut open = vec![true];
+    while let Some(&top) = open.last() {
+        let (Some(t), Some(l)) = (src.take::<4>()?, src.take::<4>()?) else {
+            return Ok(None);
+        };
+        let tag = (
+            u16::from_le_bytes([t[0], t[1]]),
+            u16::from_le_bytes([t[2], t[3]]),
+        );
+        let len = u32::from_le_bytes(l);
+        match tag {
+            (0xfffe, 0xe000) if top => {
+                if len == UNDEFINED {
+                    open.push(false);
+                } else {
+                    fits(src, 0xfffe, 0xe000, len)?;
+                    src.pos += len as u64;
+                }
+            }
+            (0xfffe, 0xe00d) if !top => {
+                open.pop();
+            }
+            (0xfffe, 0xe0dd) if top => {
+                open.pop();
+            }
+            (0xfffe, _) => return Ok(None),
+            _ if top => return Ok(None), // an element directly in a sequence
+            (group, element) => {
+                if len == UNDEFINED {
+                    open.push(true);
+                } else {
+                    fits(src, group, element, len)?;
+                    src.pos += len as u64;
+                }
+            }
+        }
+        if open.len() > 2 * MAX_SEQUENCE_DEPTH {
+            return Err(format!(
+                "sequences nested more than {MAX_SEQUENCE_DEPTH} deep (at byte {})",
+                src.pos
+            ));
+        }
+    }
+    Ok(Some(src.pos - start))
+}
+
 /// Checks the Pixel Data of a fully parsed object against the image description before any
 /// frame is read: present (else the object is no image), holding every frame the header
 /// announces (`NumberOfFrames` = 1000000 with one frame of data fails here, once, instead
@@ -827,14 +978,6 @@ pub(super) fn check_pixel_data(
                     frags.len()
                 )));
             }
-            if info.transfer_syntax == RLE_LOSSLESS {
-                let planes = info.samples_per_pixel as usize * (info.bits_allocated / 8) as usize;
-                let pixels = info.rows as u64 * info.cols as u64;
-                for (f, frag) in frags.iter().take(frames as usize).enumerate() {
-                    check_rle(frag, planes, pixels)
-                        .map_err(|e| Fail(format!("RLE frame {}: {e}", f + 1)))?;
-                }
-            }
             check_codestreams(
                 frags,
                 info.rows,
@@ -845,89 +988,18 @@ pub(super) fn check_pixel_data(
             .map_err(Fail)
         }
         Value::Primitive(p) => {
-            let frame_bytes = info.native_frame_bytes();
-            let needed = frame_bytes.saturating_mul(frames);
+            let needed = info.native_bytes(info.frames);
             let have = p.calculate_byte_len() as u64;
             if native && have < needed {
                 return Err(Fail(format!(
-                    "Pixel Data holds {have} bytes; {frames} frame(s) of {frame_bytes} bytes \
-                     need {needed}"
+                    "Pixel Data holds {have} bytes; {frames} frame(s) of {} bits need {needed}",
+                    info.native_frame_bits()
                 )));
             }
             Ok(())
         }
         Value::Sequence(_) => Err(Fail("Pixel Data is a sequence".into())),
     }
-}
-
-const RLE_LOSSLESS: &str = "1.2.840.10008.1.2.5";
-
-/// Checks an RLE Lossless frame (PS3.5 G) before dicom-rs decodes it: dicom-rs indexes the
-/// header without bounds checks, allocates the segment count it reads (up to 2^32 offsets),
-/// and panics when a segment decodes to fewer than `pixels` bytes.
-fn check_rle(frag: &[u8], planes: usize, pixels: u64) -> Result<(), String> {
-    if frag.len() < 64 {
-        return Err(format!(
-            "fragment of {} bytes, shorter than the RLE header",
-            frag.len()
-        ));
-    }
-    let word = |i: usize| u32::from_le_bytes([frag[i], frag[i + 1], frag[i + 2], frag[i + 3]]);
-    let segments = word(0) as usize;
-    if segments > 15 || segments < planes {
-        return Err(format!(
-            "{segments} segment(s) in the RLE header, {planes} expected (at most 15)"
-        ));
-    }
-    let mut offsets: Vec<usize> = (0..segments).map(|i| word(4 + 4 * i) as usize).collect();
-    offsets.push(frag.len());
-    for k in 0..planes {
-        let (start, end) = (offsets[k], offsets[k + 1]);
-        if start > end || end > frag.len() {
-            return Err(format!(
-                "segment {} spans bytes {start}..{end} of {}",
-                k + 1,
-                frag.len()
-            ));
-        }
-        let decoded = packbits_len(&frag[start..end]);
-        if decoded < pixels {
-            return Err(format!(
-                "segment {} decodes to {decoded} bytes, {pixels} needed",
-                k + 1
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Bytes the PackBits decoder of dicom-rs produces from `seg` (it stops at the segment's
-/// end; a run cut short by the end copies what is there).
-fn packbits_len(seg: &[u8]) -> u64 {
-    let (mut pos, mut read, mut out) = (0usize, 0usize, 0u64);
-    while read < seg.len() {
-        let Some(&h) = seg.get(pos) else {
-            break;
-        };
-        pos += 1;
-        read += 1;
-        let h = h as i8;
-        if (-127..=-1).contains(&h) {
-            if pos >= seg.len() {
-                break;
-            }
-            out += (1 - h as i64) as u64;
-            pos += 1;
-            read += 1;
-        } else if h >= 0 {
-            let n = h as usize + 1;
-            let avail = n.min(seg.len() - pos);
-            out += avail as u64;
-            pos += avail;
-            read += n;
-        }
-    }
-    out
 }
 
 /// What a codestream header declares.
@@ -1192,7 +1264,8 @@ mod tests {
         v
     }
 
-    fn check_bytes(bytes: &[u8]) -> Result<(), String> {
+    /// Walks `bytes` as a bare explicit VR little endian data set.
+    fn walk_bytes(bytes: &[u8]) -> Result<Walk, String> {
         let path = std::env::temp_dir().join(format!(
             "dicomflow-guard-{}-{:?}.dcm",
             std::process::id(),
@@ -1208,6 +1281,38 @@ mod tests {
         );
         let _ = std::fs::remove_file(&path);
         r
+    }
+
+    #[test]
+    fn un_with_undefined_length_is_walked_as_implicit_vr_and_patched_to_ob() {
+        let mut v = elem(0x0008, 0x0005, b"CS", 10, b"ISO_IR 100");
+        let un_at = v.len();
+        v.extend(elem(0x0009, 0x1010, b"UN", UNDEFINED, &[]));
+        // One undefined-length item holding an implicit VR element whose 4-byte length, read
+        // as explicit VR, would claim gigabytes ("ABCD" as VR + length).
+        let mut content = item(0xe000, UNDEFINED);
+        content.extend([0x09, 0x00, 0x11, 0x10, 4, 0, 0, 0]);
+        content.extend(b"ABCD");
+        content.extend(item(0xe00d, 0));
+        content.extend(item(0xe0dd, 0));
+        v.extend(&content);
+        v.extend(elem(0x0028, 0x0010, b"US", 2, &[8, 0]));
+        v.extend(elem(0x7fe0, 0x0010, b"OB", 2, &[0, 0]));
+        let walk = walk_bytes(&v).unwrap();
+        assert!(walk.saw_un && walk.pixel_data);
+        let mut patch = b"OB\0\0".to_vec();
+        patch.extend((content.len() as u32).to_le_bytes());
+        assert_eq!(
+            walk.patches,
+            vec![Patch {
+                at: un_at as u64 + 4,
+                bytes: patch
+            }]
+        );
+    }
+
+    fn check_bytes(bytes: &[u8]) -> Result<(), String> {
+        walk_bytes(bytes).map(|_| ())
     }
 
     fn nested(depth: usize) -> Vec<u8> {
@@ -1277,26 +1382,6 @@ mod tests {
         v.extend(item(0xe0dd, 0));
         v.extend(elem(0xfffc, 0xfffc, b"OB", 2, &[0, 0]));
         assert_eq!(check_bytes(&v), Ok(()));
-    }
-
-    #[test]
-    fn checks_rle_headers_and_segment_lengths() {
-        let mut f = vec![0u8; 64];
-        f[0] = 1;
-        f[4] = 64;
-        f.extend([0x81, 7, 0x81, 7]); // 256 bytes of 7
-        assert_eq!(check_rle(&f, 1, 256), Ok(()));
-        assert!(check_rle(&f, 1, 257)
-            .unwrap_err()
-            .contains("decodes to 256"));
-        assert!(check_rle(&f, 2, 256).is_err());
-        assert!(check_rle(&f[..10], 1, 1).is_err());
-        let mut g = f.clone();
-        g[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(check_rle(&g, 1, 1).is_err());
-        let mut g = f.clone();
-        g[4..8].copy_from_slice(&1000u32.to_le_bytes());
-        assert!(check_rle(&g, 1, 1).is_err());
     }
 
     fn sof3(rows: u16, cols: u16, precision: u8) -> Vec<u8> {

@@ -73,6 +73,29 @@ pub struct FileWindow {
     pub explanation: Option<String>,
 }
 
+/// How 32-bit colour samples become the 16-bit samples the render chain takes. DCMTK narrows a
+/// colour sample of `b` stored bits to 8 by `v >> (b - 8)` (and refuses 32-bit colour); keeping
+/// the top 16 of the `b` bits (`v >> (b - 16)`, the sign removed first as DCMTK removes it)
+/// gives the same 8 bits through the 16-bit chain, on every backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Colour32 {
+    /// `HighBit + 1 - BitsStored`: where the stored value starts in the container.
+    pub shift: u32,
+    /// `BitsStored` ones.
+    pub mask: u32,
+    /// The sign bit to flip (signed data), else 0.
+    pub sign: u32,
+    /// Low bits dropped: `BitsStored - 16`, or 0.
+    pub down: u32,
+}
+
+impl Colour32 {
+    /// The 16-bit sample of a 32-bit container value.
+    pub fn narrow(&self, raw: u32) -> u16 {
+        ((((raw >> self.shift) & self.mask) ^ self.sign) >> self.down) as u16
+    }
+}
+
 /// Rescale slope/intercept (Modality LUT as a linear function).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Rescale {
@@ -163,7 +186,15 @@ pub struct ImageInfo {
     pub cols: u32,
     pub frames: u32,
     pub samples_per_pixel: u16,
+    /// Bits per sample in the slot: 8, 16 or 32 (packed 1- and 12-bit data is unpacked into 8-
+    /// and 16-bit containers).
     pub bits_allocated: u16,
+    /// Bits Allocated as the file says: equal to `bits_allocated` except for packed data (1:
+    /// bitmaps such as segmentations; 12: ACR-NEMA's packed 12-bit samples) and 32-bit colour.
+    pub file_bits_allocated: u16,
+    /// 32-bit colour samples, narrowed to 16 bits when decoded (see [`Colour32`]).
+    #[serde(skip)]
+    pub colour32: Option<Colour32>,
     pub bits_stored: u16,
     pub high_bit: u16,
     pub signed: bool,
@@ -194,6 +225,11 @@ pub struct ImageInfo {
     pub image_position: Option<[f64; 3]>,
     pub modality: Option<String>,
     pub sop_class: Option<String>,
+    /// What was wrong but tolerated, as DCMTK tolerates it (said once per file).
+    pub warnings: Vec<String>,
+    /// Overlay planes (60xx groups), in group order.
+    #[serde(skip)]
+    pub overlays: Vec<Arc<super::overlay::OverlayPlane>>,
     /// Values usable in output naming patterns (see `output::naming::PATTERN_KEYS`).
     #[serde(skip)]
     pub naming: std::collections::BTreeMap<String, String>,
@@ -213,9 +249,20 @@ impl ImageInfo {
         self.rows as u64 * self.cols as u64 * samples * (self.bits_allocated as u64 / 8)
     }
 
-    /// Bytes of one frame as encoded in native (uncompressed) pixel data.
-    pub fn native_frame_bytes(&self) -> u64 {
-        self.frame_bytes()
+    /// Bits of one frame as encoded in native (uncompressed) pixel data (frames of packed
+    /// data need not start on a byte).
+    pub fn native_frame_bits(&self) -> u64 {
+        let samples = if self.subsampled_422 {
+            2
+        } else {
+            self.samples_per_pixel as u64
+        };
+        self.rows as u64 * self.cols as u64 * samples * self.file_bits_allocated as u64
+    }
+
+    /// Bytes of native pixel data holding `frames` frames.
+    pub fn native_bytes(&self, frames: u32) -> u64 {
+        (self.native_frame_bits() * frames as u64).div_ceil(8)
     }
 
     /// Bytes of the 8-bit output of one frame (1 or 3 channels).
@@ -258,23 +305,29 @@ impl ImageInfo {
                 "SamplesPerPixel = {samples_per_pixel} is not supported (1 or 3)"
             ));
         }
-        let bits_allocated = req_u32(obj, tags::BITS_ALLOCATED, "BitsAllocated")?;
-        if !matches!(bits_allocated, 8 | 16 | 32) {
+        let file_bits_allocated = req_u32(obj, tags::BITS_ALLOCATED, "BitsAllocated")?;
+        // Packed 1- and 12-bit samples are unpacked into 8- and 16-bit containers.
+        let bits_allocated = match file_bits_allocated {
+            1 => 8,
+            12 => 16,
+            8 | 16 | 32 => file_bits_allocated,
+            _ => {
+                return Err(format!(
+                    "BitsAllocated = {file_bits_allocated} is not supported (1, 8, 12, 16 or 32)"
+                ))
+            }
+        };
+        let bits_stored = opt_int(obj, tags::BITS_STORED).unwrap_or(file_bits_allocated as i64);
+        if bits_stored < 1 || bits_stored > file_bits_allocated as i64 {
             return Err(format!(
-                "BitsAllocated = {bits_allocated} is not supported (8, 16 or 32)"
-            ));
-        }
-        let bits_stored = opt_int(obj, tags::BITS_STORED).unwrap_or(bits_allocated as i64);
-        if bits_stored < 1 || bits_stored > bits_allocated as i64 {
-            return Err(format!(
-                "BitsStored = {bits_stored} does not fit BitsAllocated = {bits_allocated}"
+                "BitsStored = {bits_stored} does not fit BitsAllocated = {file_bits_allocated}"
             ));
         }
         let high_bit = opt_int(obj, tags::HIGH_BIT).unwrap_or(bits_stored - 1);
-        if high_bit < bits_stored - 1 || high_bit >= bits_allocated as i64 {
+        if high_bit < bits_stored - 1 || high_bit >= file_bits_allocated as i64 {
             return Err(format!(
                 "HighBit = {high_bit} is inconsistent with BitsStored = {bits_stored} and \
-                 BitsAllocated = {bits_allocated}"
+                 BitsAllocated = {file_bits_allocated}"
             ));
         }
         let signed = opt_int(obj, tags::PIXEL_REPRESENTATION).unwrap_or(0) == 1;
@@ -298,6 +351,26 @@ impl ImageInfo {
                 photometric.as_str()
             ));
         }
+        // 32-bit colour: the slot takes 16-bit samples (see `Colour32`).
+        let (bits_allocated, bits_stored, high_bit, signed, colour32) = if bits_allocated == 32
+            && !photometric.is_gray()
+            && photometric != Photometric::PaletteColor
+        {
+            let c = Colour32 {
+                shift: (high_bit + 1 - bits_stored) as u32,
+                mask: if bits_stored >= 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << bits_stored) - 1
+                },
+                sign: if signed { 1u32 << (bits_stored - 1) } else { 0 },
+                down: (bits_stored as u32).saturating_sub(16),
+            };
+            let kept = bits_stored.min(16);
+            (16, kept, kept - 1, false, Some(c))
+        } else {
+            (bits_allocated, bits_stored, high_bit, signed, None)
+        };
         let frames = match opt_int(obj, tags::NUMBER_OF_FRAMES) {
             None => 1,
             Some(n) if n >= 1 && n <= u32::MAX as i64 => n as u32,
@@ -328,11 +401,24 @@ impl ImageInfo {
             per_frame = items.iter().map(group_attrs).collect();
         }
 
+        let mut warnings = Vec::new();
+        // An unusable Modality LUT is ignored with a warning, as DCMTK does ("ignoring LUT"):
+        // the rescale (or the identity) applies instead.
         let modality_lut = match first_item(obj, tags::MODALITY_LUT_SEQUENCE) {
-            Some(item) => Some(Arc::new(
-                read_lut(item, tags::LUT_DESCRIPTOR, tags::LUT_DATA)
-                    .map_err(|e| format!("Modality LUT Sequence: {e}"))?,
-            )),
+            Some(item) => match read_lut(item, tags::LUT_DESCRIPTOR, tags::LUT_DATA) {
+                Ok(lut) => Some(Arc::new(lut)),
+                Err(e) => {
+                    warnings.push(format!(
+                        "Modality LUT Sequence: {e}; LUT ignored, {} applies",
+                        if attrs.rescale.is_some() {
+                            "the rescale"
+                        } else {
+                            "no modality transformation"
+                        }
+                    ));
+                    None
+                }
+            },
             None => None,
         };
         let mut voi_luts = Vec::new();
@@ -346,20 +432,23 @@ impl ImageInfo {
             }
         }
         let palette = if photometric == Photometric::PaletteColor {
-            let red = read_lut(
+            let red = read_palette(
                 obj,
                 tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
                 tags::RED_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+                tags::SEGMENTED_RED_PALETTE_COLOR_LOOKUP_TABLE_DATA,
             );
-            let green = read_lut(
+            let green = read_palette(
                 obj,
                 tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
                 tags::GREEN_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+                tags::SEGMENTED_GREEN_PALETTE_COLOR_LOOKUP_TABLE_DATA,
             );
-            let blue = read_lut(
+            let blue = read_palette(
                 obj,
                 tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DESCRIPTOR,
                 tags::BLUE_PALETTE_COLOR_LOOKUP_TABLE_DATA,
+                tags::SEGMENTED_BLUE_PALETTE_COLOR_LOOKUP_TABLE_DATA,
             );
             match (red, green, blue) {
                 (Ok(r), Ok(g), Ok(b)) => Some(Arc::new([r, g, b])),
@@ -376,6 +465,31 @@ impl ImageInfo {
             None
         };
 
+        let native = matches!(
+            super::guard::trim_uid(transfer_syntax),
+            "1.2.840.10008.1.2"
+                | "1.2.840.10008.1.2.1"
+                | "1.2.840.10008.1.2.2"
+                | "1.2.840.10008.1.2.1.99"
+        );
+        let overlays = super::overlay::read_overlays(
+            obj,
+            &super::overlay::PixelLayout {
+                bits_allocated: bits_allocated as u16,
+                bits_stored: bits_stored as u16,
+                high_bit: high_bit as u16,
+                rows,
+                cols,
+                frames,
+                // Embedded planes are read from the stored values in the slot: uncompressed
+                // data whose container is the file's (not unpacked or narrowed).
+                native: native && bits_allocated == file_bits_allocated,
+            },
+            &mut warnings,
+        )
+        .into_iter()
+        .map(Arc::new)
+        .collect();
         let image_position = obj
             .get(tags::IMAGE_POSITION_PATIENT)
             .and_then(|e| e.to_multi_float64().ok())
@@ -389,6 +503,8 @@ impl ImageInfo {
             frames,
             samples_per_pixel: samples_per_pixel as u16,
             bits_allocated: bits_allocated as u16,
+            file_bits_allocated: file_bits_allocated as u16,
+            colour32,
             bits_stored: bits_stored as u16,
             high_bit: high_bit as u16,
             signed,
@@ -411,6 +527,8 @@ impl ImageInfo {
             image_position,
             modality: opt_str(obj, tags::MODALITY),
             sop_class: opt_str(obj, tags::SOP_CLASS_UID),
+            warnings,
+            overlays,
             naming: naming_values(obj),
             source: Arc::new(SourceHeader::of(obj)),
         })
@@ -561,14 +679,37 @@ fn lut_words(obj: &InMemDicomObject, tag: Tag) -> Result<Vec<u16>, String> {
     })
 }
 
-/// Reads a LUT (descriptor + data) with DCMTK's decoding rules.
-fn read_lut(obj: &InMemDicomObject, descriptor: Tag, data: Tag) -> Result<Lut, String> {
+/// Reads one palette colour table: its LUT Data, or, when only the Segmented LUT Data is
+/// there, that expanded (PS3.3 C.7.9.2; DCMTK does not read segmented palettes).
+fn read_palette(
+    obj: &InMemDicomObject,
+    descriptor: Tag,
+    data: Tag,
+    segmented: Tag,
+) -> Result<Lut, String> {
+    if obj.get(data).is_some() || obj.get(segmented).is_none() {
+        return read_lut(obj, descriptor, data);
+    }
+    let (entries, first_raw, bits) = read_descriptor(obj, descriptor)?;
+    let n = if entries == 0 {
+        65536
+    } else {
+        entries as usize
+    };
+    let words = lut_words(obj, segmented)?;
+    let expanded = crate::decode::lut::expand_segmented(&words, bits == 8, n)
+        .map_err(|e| format!("segmented LUT data: {e}"))?;
+    Lut::decode(entries, first_raw, bits, &expanded)
+}
+
+/// A LUT Descriptor's values: (entries, first mapped value as stored, bits).
+fn read_descriptor(obj: &InMemDicomObject, descriptor: Tag) -> Result<(u32, u16, u32), String> {
     let desc = obj.get(descriptor).ok_or("LUT Descriptor is missing")?;
     let Value::Primitive(p) = desc.value() else {
         return Err("LUT Descriptor is not a primitive value".into());
     };
     use dicom_core::PrimitiveValue as P;
-    let (entries, first_raw, bits) = match p {
+    Ok(match p {
         P::U16(v) if v.len() == 3 => (v[0] as u32, v[1], v[2] as u32),
         P::I16(v) if v.len() == 3 => (v[0] as u16 as u32, v[1] as u16, v[2] as u16 as u32),
         _ => {
@@ -580,7 +721,75 @@ fn read_lut(obj: &InMemDicomObject, descriptor: Tag, data: Tag) -> Result<Lut, S
             }
             (v[0] as u16 as u32, v[1] as u16, v[2] as u16 as u32)
         }
-    };
+    })
+}
+
+/// Reads a LUT (descriptor + data) with DCMTK's decoding rules.
+fn read_lut(obj: &InMemDicomObject, descriptor: Tag, data: Tag) -> Result<Lut, String> {
+    let (entries, first_raw, bits) = read_descriptor(obj, descriptor)?;
     let words = lut_words(obj, data)?;
     Lut::decode(entries, first_raw, bits, &words)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    #[test]
+    fn colour32_keeps_the_top_16_stored_bits_sign_removed() {
+        let unsigned = Colour32 {
+            shift: 0,
+            mask: u32::MAX,
+            sign: 0,
+            down: 16,
+        };
+        assert_eq!(unsigned.narrow(0xABCD_1234), 0xABCD);
+        // Bits Stored 24, signed: -1 (0xFFFFFF) becomes 0x7FFFFF once the sign is removed.
+        let signed = Colour32 {
+            shift: 0,
+            mask: 0xFF_FFFF,
+            sign: 0x80_0000,
+            down: 8,
+        };
+        assert_eq!(signed.narrow(0x00FF_FFFF), 0x7FFF);
+        assert_eq!(signed.narrow(0x0080_0000), 0x0000); // the most negative value
+        assert_eq!(signed.narrow(0x007F_FFFF), 0xFFFF); // the most positive value
+    }
+
+    /// A 1x1 8-bit MONOCHROME2 image description, for tests to adjust.
+    pub fn sample_info() -> ImageInfo {
+        ImageInfo {
+            transfer_syntax: "1.2.840.10008.1.2.1".into(),
+            rows: 1,
+            cols: 1,
+            frames: 1,
+            samples_per_pixel: 1,
+            bits_allocated: 8,
+            file_bits_allocated: 8,
+            colour32: None,
+            bits_stored: 8,
+            high_bit: 7,
+            signed: false,
+            photometric: Photometric::Monochrome2,
+            stored_photometric: Photometric::Monochrome2,
+            planar_configuration: 0,
+            subsampled_422: false,
+            attrs: FrameAttrs::default(),
+            per_frame: Vec::new(),
+            modality_lut: None,
+            voi_luts: Vec::new(),
+            palette: None,
+            voi_lut_explanations: Vec::new(),
+            presentation_lut_shape: None,
+            series_uid: None,
+            instance_number: None,
+            image_position: None,
+            modality: None,
+            sop_class: None,
+            warnings: Vec::new(),
+            overlays: Vec::new(),
+            naming: Default::default(),
+            source: Default::default(),
+        }
+    }
 }

@@ -3,6 +3,104 @@
 //! 0 entries means 65536, 8-bit entries packed two per word are unpacked, the bit depth is the
 //! descriptor's when it is 8..=16 and otherwise found from the data, entries are masked.
 
+/// Expands Segmented Palette Color Lookup Table Data (PS3.3 C.7.9.2) into `entries` table
+/// entries. `bytes`: the table has 8-bit entries, whose segments are a stream of bytes (low
+/// byte of each word first); otherwise segments are 16-bit words.
+///
+/// * discrete (0): `length` values follow;
+/// * linear (1): `length` values on the straight line from the last value so far to `y1`, the
+///   last one `y1` itself (the standard's end point (X0 + length, Y1)), each rounded to the
+///   nearest integer, ties to even;
+/// * indirect (2): `count` segments copied again, from the segment at a byte offset (32 bits,
+///   least significant half first) from the start of the data.
+///
+/// GDCM 3.0 expands linear segments one step early (its first value repeats Y0, its last falls
+/// short of Y1) and cannot expand tables of 8-bit pixels; this follows the standard.
+pub fn expand_segmented(words: &[u16], bytes: bool, entries: usize) -> Result<Vec<u16>, String> {
+    let data: Vec<u32> = if bytes {
+        words
+            .iter()
+            .flat_map(|w| [u32::from(w & 0xff), u32::from(w >> 8)])
+            .collect()
+    } else {
+        words.iter().map(|&w| u32::from(w)).collect()
+    };
+    let mut out = Vec::with_capacity(entries);
+    expand_from(&data, bytes, 0, usize::MAX, &mut out, entries, 0)?;
+    if out.len() < entries {
+        return Err(format!(
+            "the segments expand to {} entries, the descriptor says {entries}",
+            out.len()
+        ));
+    }
+    out.truncate(entries);
+    Ok(out)
+}
+
+/// Expands at most `segments` segments of `data` from index `at` into `out` (which stops
+/// growing at `limit` entries). `depth` bounds indirect segments pointing at each other.
+fn expand_from(
+    data: &[u32],
+    bytes: bool,
+    mut at: usize,
+    segments: usize,
+    out: &mut Vec<u16>,
+    limit: usize,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > 8 {
+        return Err("indirect segments nested too deep".into());
+    }
+    let word = |i: usize| -> Result<u32, String> {
+        data.get(i)
+            .copied()
+            .ok_or_else(|| "a segment runs past the end of the data".to_string())
+    };
+    let mut done = 0;
+    // `at + 1 < len`: a trailing pad entry is no segment.
+    while done < segments && at + 1 < data.len() && out.len() < limit {
+        let (opcode, length) = (word(at)?, word(at + 1)? as usize);
+        at += 2;
+        match opcode {
+            0 => {
+                let values = data
+                    .get(at..at + length)
+                    .ok_or("a discrete segment runs past the end of the data")?;
+                out.extend(values.iter().map(|&v| v as u16));
+                at += length;
+            }
+            1 => {
+                let y0 = *out.last().ok_or("the first segment is linear")? as f64;
+                let y1 = word(at)? as f64;
+                at += 1;
+                let n = length.min(limit.saturating_sub(out.len()));
+                for i in 1..=n {
+                    let v = y0 + (y1 - y0) * i as f64 / length as f64;
+                    out.push(v.round_ties_even() as u16);
+                }
+            }
+            2 => {
+                if out.is_empty() {
+                    return Err("the first segment is indirect".into());
+                }
+                let offset = if bytes {
+                    // Four bytes: the two 16-bit halves, least significant first.
+                    let b = |k: usize| word(at + k);
+                    (b(0)? | b(1)? << 8 | b(2)? << 16 | b(3)? << 24) as usize
+                } else {
+                    (word(at)? | word(at + 1)? << 16) as usize
+                };
+                at += if bytes { 4 } else { 2 };
+                let index = if bytes { offset } else { offset / 2 };
+                expand_from(data, bytes, index, length, out, limit, depth + 1)?;
+            }
+            op => return Err(format!("unknown segment type {op}")),
+        }
+        done += 1;
+    }
+    Ok(())
+}
+
 /// A decoded lookup table: `data[i]` is the output for input `first + i`; inputs at or below
 /// the first entry map to `data[0]`, at or above the last to the last entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,5 +259,29 @@ mod tests {
     fn data_length_wins_over_the_descriptor() {
         let l = Lut::decode(10, 0, 16, &[1, 2, 3]).unwrap();
         assert_eq!(l.data.len(), 3);
+    }
+}
+
+#[cfg(test)]
+mod segmented_tests {
+    use super::*;
+
+    #[test]
+    fn segments_expand_as_the_standard_says() {
+        // discrete 0, 10; linear 4 steps to 50; indirect: both segments again from byte 0.
+        let words = [0, 2, 0, 10, 1, 4, 50, 2, 2, 0, 0];
+        let lut = expand_segmented(&words, false, 12).unwrap();
+        assert_eq!(lut, [0, 10, 20, 30, 40, 50, 0, 10, 20, 30, 40, 50]);
+        // Ties go to even: 0 -> 5 in 2 steps is 2.5 (2), 5.
+        assert_eq!(
+            expand_segmented(&[0, 1, 0, 1, 2, 5], false, 3).unwrap(),
+            [0, 2, 5]
+        );
+        // 8-bit entries: bytes, low byte first (0, 2, 3, 9 | 1, 2, 13).
+        let bytes = [0x0200, 0x0903, 0x0201, 0x000d];
+        assert_eq!(expand_segmented(&bytes, true, 4).unwrap(), [3, 9, 11, 13]);
+        assert!(expand_segmented(&[1, 2, 5], false, 2).is_err());
+        assert!(expand_segmented(&[0, 9, 1], false, 9).is_err());
+        assert!(expand_segmented(&[0, 1, 7, 2, 1, 0, 0], false, 100).is_err());
     }
 }

@@ -14,9 +14,13 @@ pub mod jpeg;
 pub mod jpegls;
 pub mod lut;
 mod native;
+pub mod options;
+pub mod overlay;
+mod patch;
 pub mod probe;
+mod rle;
+mod un;
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// Explicit VR Big Endian (retired, still found in archives).
@@ -28,6 +32,7 @@ use dicom_object::{DefaultDicomObject, DicomCollectorOptions, InMemDicomObject, 
 use dicom_transfer_syntax_registry::TransferSyntaxRegistry;
 
 pub use info::ImageInfo;
+pub use options::{Damaged, DecodeOptions};
 pub use probe::{probe, Probe};
 
 /// Why a file yields no image.
@@ -71,7 +76,7 @@ fn is_deflate(ts: &str) -> bool {
 pub fn check_received(path: &Path, limits: DecodeLimits) -> Result<(), String> {
     match probe(path) {
         Ok(Probe::NotDicom(reason)) => Err(reason),
-        Ok(kind) => guard::check_structure(path, &kind, limits.max_frame_bytes),
+        Ok(kind) => guard::check_structure(path, &kind, limits.max_frame_bytes).map(|_| ()),
         Err(e) => Err(format!("cannot read: {e}")),
     }
 }
@@ -97,11 +102,7 @@ pub fn check_complete(path: &Path, limits: DecodeLimits) -> Result<(), String> {
 /// Where a file's pixel data will come from.
 enum PixelSource {
     /// Native pixel data at a known file offset, read straight into slots.
-    Native {
-        file: File,
-        offset: u64,
-        big_endian: bool,
-    },
+    Native(native::Located),
     /// A fully parsed object: deflated data sets, encapsulated (compressed) pixel data, and
     /// native data whose position could not be established cheaply.
     Object(Box<DefaultDicomObject>),
@@ -114,14 +115,19 @@ pub struct ImageFile {
     source: PixelSource,
     /// True when the file has no file meta information (a bare data set).
     pub bare_dataset: bool,
+    damaged: Damaged,
+    /// What was wrong with the last frame read but rendered anyway (`Damaged::Render`).
+    frame_warning: Option<String>,
 }
 
-/// Limits applied before any large allocation.
+/// Limits applied before any large allocation, and the policy for damaged frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeLimits {
     /// Largest frame accepted (bytes of stored values); also the most Pixel Data a deflated
     /// data set may inflate to (it is inflated whole).
     pub max_frame_bytes: u64,
+    /// What to do with a frame whose compressed data ends early.
+    pub damaged: Damaged,
 }
 
 /// The largest frame accepted unless configured otherwise (`pipeline.max_frame_mib`): 1 GiB.
@@ -131,6 +137,7 @@ impl Default for DecodeLimits {
     fn default() -> Self {
         DecodeLimits {
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            damaged: Damaged::default(),
         }
     }
 }
@@ -141,20 +148,29 @@ struct Header {
     object: HeaderObject,
     ts: String,
     bare: bool,
+    /// The guard's byte patches, for reading the whole file later.
+    patches: Vec<patch::Patch>,
+    /// What was tolerated in the header.
+    warnings: Vec<String>,
+    sop: Option<String>,
 }
 
 /// Reads the header of a file found by [`probe`] to be DICOM, after the structure checks;
-/// `Skip` when it is no image (a DICOMDIR, no Rows/Columns).
+/// `Skip` when it is no image (a DICOMDIR, no Rows/Columns and no sign of pixels), `Fail`
+/// for a damaged image (Pixel Data or an image SOP class without Rows and Columns).
 fn read_header(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<Header, DecodeError> {
     // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
     // the stack (an abort, not a catchable panic): refuse them before it parses.
-    guard::check_structure(path, &kind, limits.max_frame_bytes).map_err(fail)?;
-    let (header, ts, bare) = match kind {
+    let walk = guard::check_structure(path, &kind, limits.max_frame_bytes).map_err(fail)?;
+    let (mut header, ts, bare) = match kind {
         Probe::FileMeta => {
-            let obj = OpenFileOptions::new()
-                .read_until(tags::PIXEL_DATA)
-                .open_file(path)
-                .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
+            let options = OpenFileOptions::new().read_until(tags::PIXEL_DATA);
+            let obj = if walk.patches.is_empty() {
+                options.open_file(path)
+            } else {
+                options.from_reader(patched(path, &walk.patches)?)
+            }
+            .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
             // The meta table's getters already trim UIDs (trailing NULs and whitespace).
             let sop = obj.meta().media_storage_sop_class_uid();
             if sop == uids::MEDIA_STORAGE_DIRECTORY_STORAGE {
@@ -179,24 +195,48 @@ fn read_header(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<Header,
         }
         Probe::NotDicom(reason) => return Err(DecodeError::Skip(reason)),
     };
+    let mut warnings = walk.warnings.clone();
+    if walk.saw_un {
+        warnings.extend(un::normalize(header.dataset_mut()));
+    }
     let dataset = header.dataset();
     if dataset.get(tags::DIRECTORY_RECORD_SEQUENCE).is_some() {
         return Err(DecodeError::Skip(
             "DICOMDIR (media storage directory), not an image".into(),
         ));
     }
+    let sop = info::opt_str(dataset, tags::SOP_CLASS_UID);
     let has_pixel_tags = dataset.get(tags::ROWS).is_some() || dataset.get(tags::COLUMNS).is_some();
     if !has_pixel_tags {
-        let sop = info::opt_str(dataset, tags::SOP_CLASS_UID).unwrap_or_default();
-        return Err(DecodeError::Skip(format!(
-            "no image (no Rows/Columns/Pixel Data; SOP class {})",
-            if sop.is_empty() { "unknown" } else { &sop }
-        )));
+        // Pixel Data (or an image SOP class) makes it an image that cannot be rendered, a
+        // failure; anything else is not an image at all.
+        return Err(
+            match (walk.pixel_data, sop.as_deref().and_then(image_class_name)) {
+                (true, _) => fail("Pixel Data without Rows and Columns"),
+                (false, Some(name)) => fail(format!(
+                    "{name} without Rows, Columns or Pixel Data (truncated or damaged?)"
+                )),
+                (false, None) => DecodeError::Skip(format!(
+                    "no image (no Rows/Columns/Pixel Data; SOP class {})",
+                    sop.as_deref().unwrap_or("unknown")
+                )),
+            },
+        );
+    }
+    if dataset.get(tags::FLOAT_PIXEL_DATA).is_some()
+        || dataset.get(tags::DOUBLE_FLOAT_PIXEL_DATA).is_some()
+    {
+        return Err(fail(
+            "Float Pixel Data (a parametric map): no 8-bit rendering is defined for it",
+        ));
     }
     Ok(Header {
         object: header,
         ts,
         bare,
+        patches: walk.patches,
+        warnings,
+        sop,
     })
 }
 
@@ -218,12 +258,27 @@ impl ImageFile {
             object: header,
             ts,
             bare,
+            patches,
+            mut warnings,
+            sop,
         } = read_header(path, kind, limits)?;
         let dataset = header.dataset();
         let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
+        warnings.append(&mut info.warnings);
+        info.warnings = warnings;
         if native_byte_order(&info.transfer_syntax).is_none() && !is_deflate(&info.transfer_syntax)
         {
             codec_output_layout(&mut info);
+        }
+        if info.file_bits_allocated != info.bits_allocated
+            && info.colour32.is_none()
+            && native_byte_order(&info.transfer_syntax).is_none()
+            && !is_deflate(&info.transfer_syntax)
+        {
+            return Err(fail(format!(
+                "BitsAllocated = {} (packed samples) in the compressed transfer syntax {}",
+                info.file_bits_allocated, info.transfer_syntax
+            )));
         }
         let frame_bytes = info.frame_bytes();
         if frame_bytes > limits.max_frame_bytes {
@@ -240,14 +295,10 @@ impl ImageFile {
         }
 
         let source = match native_byte_order(&info.transfer_syntax) {
-            Some(big_endian) if !bare => {
+            Some(_) if !bare => {
                 match native::locate_pixel_data(path, &info, &info.transfer_syntax) {
-                    Ok(Some((file, offset))) => PixelSource::Native {
-                        file,
-                        offset,
-                        big_endian,
-                    },
-                    Ok(None) => PixelSource::Object(Box::new(open_full(path)?)),
+                    Ok(Some(located)) => PixelSource::Native(located),
+                    Ok(None) => PixelSource::Object(Box::new(open_full(path, &patches)?)),
                     Err(e) => return Err(fail(format!("cannot read pixel data: {e}"))),
                 }
             }
@@ -256,7 +307,7 @@ impl ImageFile {
                     if OwnCodec::of(&info.transfer_syntax).is_none() {
                         check_decodable(&info.transfer_syntax)?;
                     }
-                    PixelSource::Object(Box::new(open_full(path)?))
+                    PixelSource::Object(Box::new(open_full(path, &patches)?))
                 } else {
                     // A bare data set: parse it whole through the collector path.
                     PixelSource::Object(Box::new(open_bare_full(path, &info.transfer_syntax)?))
@@ -264,13 +315,21 @@ impl ImageFile {
             }
         };
         if let PixelSource::Object(obj) = &source {
-            guard::check_pixel_data(obj, &info)?;
+            guard::check_pixel_data(obj, &info).map_err(|e| match e {
+                // Rows and Columns say image; only a known non-image object is let off.
+                DecodeError::Skip(_) if sop.as_deref().is_none_or(|s| !is_non_image(s)) => {
+                    fail("Rows and Columns but no Pixel Data (truncated or damaged?)")
+                }
+                other => other,
+            })?;
         }
         Ok(ImageFile {
             path: path.to_path_buf(),
             info,
             source,
             bare_dataset: bare,
+            damaged: limits.damaged,
+            frame_warning: None,
         })
     }
 
@@ -290,22 +349,19 @@ impl ImageFile {
                 dst.len()
             ));
         }
-        let bits = self.info.bits_allocated;
         match &mut self.source {
-            PixelSource::Native {
-                file,
-                offset,
-                big_endian,
-            } => {
-                let at = *offset + frame as u64 * frame_bytes as u64;
-                native::read_exact_at(file, dst, at)
+            PixelSource::Native(located) => {
+                located
+                    .read_frame(frame, &self.info, dst, scratch)
                     .map_err(|e| format!("reading {frame_bytes} bytes of pixel data: {e}"))?;
-                native::to_native_order(dst, bits, *big_endian);
             }
             PixelSource::Object(obj) => {
                 let ts_uid = obj.meta().transfer_syntax().to_string();
                 if let Some(codec) = OwnCodec::of(&ts_uid) {
-                    return decode_own(codec, obj, &self.info, frame, dst, scratch);
+                    let partial = self.damaged == Damaged::Render;
+                    self.frame_warning =
+                        decode_own(codec, obj, &self.info, frame, dst, scratch, partial)?;
+                    return Ok(());
                 }
                 let ts = TransferSyntaxRegistry
                     .get(&ts_uid)
@@ -321,17 +377,10 @@ impl ImageFile {
                         let bytes = elem
                             .to_bytes()
                             .map_err(|e| format!("Pixel Data is unreadable: {e}"))?;
-                        let start = frame as usize * frame_bytes;
-                        let src = bytes.get(start..start + frame_bytes).ok_or_else(|| {
-                            format!(
-                                "Pixel Data holds {} bytes, frame {} needs bytes {start}..{}",
-                                bytes.len(),
-                                frame + 1,
-                                start + frame_bytes
-                            )
-                        })?;
-                        dst.copy_from_slice(src);
-                        // dicom-rs keeps primitive values in native order after parsing.
+                        // dicom-rs keeps primitive values in native order after parsing: a
+                        // big-endian OW value has had its 16-bit words swapped, an OB value
+                        // is untouched, which is how DCMTK reads them too (see `native`).
+                        native::frame_from_bytes(&bytes, frame, &self.info, dst)?;
                     }
                 }
             }
@@ -355,7 +404,14 @@ impl ImageFile {
             self.info.frames,
             frame,
             out,
+            fragments::frame_start_test(&self.info.transfer_syntax),
         )
+    }
+
+    /// What was wrong with the frame [`read_frame`](Self::read_frame) last read but rendered
+    /// anyway (`Damaged::Render`), once.
+    pub fn take_frame_warning(&mut self) -> Option<String> {
+        self.frame_warning.take()
     }
 
     /// True when pixels are read with one positioned read per frame (no intermediate copy).
@@ -364,19 +420,41 @@ impl ImageFile {
     }
 }
 
+/// The name of an image storage SOP class (`None` for other and unknown classes).
+fn image_class_name(uid: &str) -> Option<&'static str> {
+    use dicom_core::dictionary::UidDictionary;
+    let entry = dicom_dictionary_std::StandardSopClassDictionary.by_uid(uid)?;
+    (entry.name.contains("Image Storage") || entry.name == "Segmentation Storage")
+        .then_some(entry.name)
+}
+
+/// True for a standard storage class that is not an image (structured reports, presentation
+/// states, RT plans, waveforms, encapsulated documents, ...).
+fn is_non_image(uid: &str) -> bool {
+    use dicom_core::dictionary::UidDictionary;
+    dicom_dictionary_std::StandardSopClassDictionary
+        .by_uid(uid)
+        .is_some_and(|e| image_class_name(uid).is_none() && e.name != "RT Dose Storage")
+}
+
 /// Codecs dicomflow implements itself (bit-exact with DCMTK, pure Rust).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OwnCodec {
-    /// JPEG baseline / extended (8 and 12 bit), IJG-exact.
+    /// JPEG baseline / extended (8 and 12 bit) and lossless (process 14), IJG-exact.
     Jpeg,
     JpegLs,
+    /// RLE Lossless, any whole-byte sample size, frames over several fragments.
+    Rle,
 }
 
 impl OwnCodec {
     fn of(ts: &str) -> Option<OwnCodec> {
         match ts {
-            JPEG_BASELINE | JPEG_EXTENDED => Some(OwnCodec::Jpeg),
+            JPEG_BASELINE | JPEG_EXTENDED | JPEG_LOSSLESS | JPEG_LOSSLESS_SV1 => {
+                Some(OwnCodec::Jpeg)
+            }
             JPEG_LS_LOSSLESS | JPEG_LS_NEAR_LOSSLESS => Some(OwnCodec::JpegLs),
+            RLE_LOSSLESS => Some(OwnCodec::Rle),
             _ => None,
         }
     }
@@ -384,10 +462,15 @@ impl OwnCodec {
 
 const JPEG_BASELINE: &str = "1.2.840.10008.1.2.4.50";
 const JPEG_EXTENDED: &str = "1.2.840.10008.1.2.4.51";
+const JPEG_LOSSLESS: &str = "1.2.840.10008.1.2.4.57";
+const JPEG_LOSSLESS_SV1: &str = "1.2.840.10008.1.2.4.70";
+const RLE_LOSSLESS: &str = "1.2.840.10008.1.2.5";
 const JPEG_LS_LOSSLESS: &str = "1.2.840.10008.1.2.4.80";
 const JPEG_LS_NEAR_LOSSLESS: &str = "1.2.840.10008.1.2.4.81";
 
 /// Decodes frame `frame` of encapsulated pixel data with one of dicomflow's own codecs.
+/// `partial`: a JPEG frame whose data ends early is decoded as far as it goes (the returned
+/// warning says how far) instead of failing.
 fn decode_own(
     codec: OwnCodec,
     obj: &DefaultDicomObject,
@@ -395,7 +478,8 @@ fn decode_own(
     frame: u32,
     dst: &mut [u8],
     scratch: &mut Vec<u8>,
-) -> Result<(), String> {
+    partial: bool,
+) -> Result<Option<String>, String> {
     let elem = obj.get(tags::PIXEL_DATA).ok_or("Pixel Data is missing")?;
     let dicom_core::value::Value::PixelSequence(seq) = elem.value() else {
         return Err("compressed transfer syntax but Pixel Data is not encapsulated".into());
@@ -407,15 +491,10 @@ fn decode_own(
         info.frames,
         frame,
         &mut stream,
+        fragments::frame_start_test(&info.transfer_syntax),
     )?;
-    let layout = StreamLayout {
-        cols: info.cols,
-        rows: info.rows,
-        samples_per_pixel: info.samples_per_pixel,
-        bits_allocated: info.bits_allocated,
-        stored_photometric: info.stored_photometric,
-    };
-    decode_own_stream(codec, &layout, &stream, dst, scratch)
+    let layout = StreamLayout::of(info);
+    decode_own_stream(codec, &layout, &stream, dst, scratch, partial)
 }
 
 /// What a codec needs from the header besides the codestream.
@@ -425,16 +504,62 @@ struct StreamLayout {
     samples_per_pixel: u16,
     bits_allocated: u16,
     stored_photometric: info::Photometric,
+    /// RLE: bits per sample in the codestream (32 for colour narrowed to 16 in the slot).
+    file_bits_allocated: u16,
+    colour32: Option<info::Colour32>,
 }
 
-/// Decodes one frame's codestream with one of dicomflow's own codecs.
+impl StreamLayout {
+    fn of(info: &ImageInfo) -> StreamLayout {
+        StreamLayout {
+            cols: info.cols,
+            rows: info.rows,
+            samples_per_pixel: info.samples_per_pixel,
+            bits_allocated: info.bits_allocated,
+            stored_photometric: info.stored_photometric,
+            file_bits_allocated: info.file_bits_allocated,
+            colour32: info.colour32,
+        }
+    }
+}
+
+/// Decodes one RLE frame into the slot (32-bit colour narrowed to 16 bits on the way).
+fn decode_rle(
+    info: &StreamLayout,
+    stream: &[u8],
+    dst: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
+    let bytes = info.file_bits_allocated as usize / 8;
+    let pixels = info.rows as usize * info.cols as usize;
+    let spp = info.samples_per_pixel as usize;
+    let Some(colour32) = info.colour32 else {
+        return rle::decode_frame(stream, spp, bytes, pixels, dst).map_err(|e| format!("RLE: {e}"));
+    };
+    // 32-bit colour: decoded whole, then narrowed into the slot's 16-bit samples.
+    scratch.clear();
+    scratch.resize(pixels * spp * bytes, 0);
+    rle::decode_frame(stream, spp, bytes, pixels, scratch).map_err(|e| format!("RLE: {e}"))?;
+    for (d, s) in dst.chunks_exact_mut(2).zip(scratch.chunks_exact(4)) {
+        let v = colour32.narrow(u32::from_ne_bytes([s[0], s[1], s[2], s[3]]));
+        d.copy_from_slice(&v.to_ne_bytes());
+    }
+    Ok(())
+}
+
+/// Decodes one frame's codestream with one of dicomflow's own codecs. `partial`: see
+/// [`decode_own`].
 fn decode_own_stream(
     codec: OwnCodec,
     info: &StreamLayout,
     stream: &[u8],
     dst: &mut [u8],
     scratch: &mut Vec<u8>,
-) -> Result<(), String> {
+    partial: bool,
+) -> Result<Option<String>, String> {
+    if codec == OwnCodec::Rle {
+        return decode_rle(info, stream, dst, scratch).map(|()| None);
+    }
     // The frame header's dimensions must agree with the DICOM header (already checked against
     // the frame-size limit) before a decoder allocates anything.
     match sof_dimensions(stream) {
@@ -447,7 +572,9 @@ fn decode_own_stream(
         }
         None => return Err("no frame header (SOF) in the compressed frame".into()),
     }
+    let mut warning = None;
     let (width, height, components, bytes_per_sample) = match codec {
+        OwnCodec::Rle => return Err("internal: RLE handled above".into()),
         OwnCodec::Jpeg => {
             // DCMTK converts YCbCr to RGB exactly when the header says YBR (its +cp default).
             use info::Photometric as P;
@@ -455,7 +582,19 @@ fn decode_own_stream(
                 info.stored_photometric,
                 P::YbrFull | P::YbrFull422 | P::YbrPartial422
             );
-            let img = jpeg::decode(stream, convert, scratch).map_err(|e| format!("JPEG: {e}"))?;
+            let img = jpeg::decode_with(stream, convert, scratch, partial)
+                .map_err(|e| format!("JPEG: {}", e.message))?;
+            warning = img.complete_rows.map(|rows| {
+                if rows == img.height {
+                    "JPEG data ends without its end-of-image marker; every row decoded".into()
+                } else {
+                    format!(
+                        "JPEG data ends early: {rows} of {} rows decoded, the rest rendered \
+                         black (--damaged render)",
+                        img.height
+                    )
+                }
+            });
             (
                 img.width,
                 img.height,
@@ -484,7 +623,8 @@ fn decode_own_stream(
         bytes_per_sample,
         dst,
         info.bits_allocated as usize / 8,
-    )
+    )?;
+    Ok(warning)
 }
 
 /// Decodes frame `frame` of `obj` with the dicom-rs registry's decoder for `ts_uid` into `dst`
@@ -543,8 +683,10 @@ pub(crate) fn decode_codestream(
             samples_per_pixel: coding.samples_per_pixel,
             bits_allocated: coding.bits_allocated,
             stored_photometric: coding.stored_photometric,
+            file_bits_allocated: coding.bits_allocated,
+            colour32: None,
         };
-        return decode_own_stream(codec, &layout, stream, dst, scratch);
+        return decode_own_stream(codec, &layout, stream, dst, scratch, false).map(|_| ());
     }
     decode_with_registry(&coding.transfer_syntax, object, 0, dst, scratch)
 }
@@ -645,6 +787,13 @@ impl HeaderObject {
             HeaderObject::Bare(o) => o,
         }
     }
+
+    fn dataset_mut(&mut self) -> &mut InMemDicomObject {
+        match self {
+            HeaderObject::File(f) => f,
+            HeaderObject::Bare(o) => o,
+        }
+    }
 }
 
 fn check_decodable(ts_uid: &str) -> Result<(), DecodeError> {
@@ -664,10 +813,23 @@ fn check_decodable(ts_uid: &str) -> Result<(), DecodeError> {
     }
 }
 
-fn open_full(path: &Path) -> Result<DefaultDicomObject, DecodeError> {
-    OpenFileOptions::new()
-        .open_file(path)
-        .map_err(|e| fail(format!("cannot read pixel data: {}", error_chain(&e))))
+fn open_full(path: &Path, patches: &[patch::Patch]) -> Result<DefaultDicomObject, DecodeError> {
+    if patches.is_empty() {
+        OpenFileOptions::new().open_file(path)
+    } else {
+        OpenFileOptions::new().from_reader(patched(path, patches)?)
+    }
+    .map_err(|e| fail(format!("cannot read pixel data: {}", error_chain(&e))))
+}
+
+/// The file's bytes with the guard's patches applied (see [`patch`]).
+fn patched(
+    path: &Path,
+    patches: &[patch::Patch],
+) -> Result<patch::PatchedReader<std::fs::File>, DecodeError> {
+    probe::open_input(path)
+        .and_then(|f| patch::PatchedReader::new(f, patches.to_vec()))
+        .map_err(|e| fail(format!("cannot open: {e}")))
 }
 
 fn open_bare_full(path: &Path, ts: &str) -> Result<DefaultDicomObject, DecodeError> {

@@ -119,6 +119,62 @@ pub fn probe(path: &Path) -> std::io::Result<Probe> {
     Ok(probe_bytes(&head[..n]))
 }
 
+/// Bytes searched for a Pixel Data element by [`damaged_evidence`].
+const EVIDENCE_WINDOW: usize = 1 << 20;
+
+/// For a file the probe did not recognise: why it is nevertheless a damaged DICOM image (a
+/// failure, not "not an image"), or `None`. The evidence is a Pixel Data element header
+/// within the first MiB whose value fits the file: explicit VR (OB/OW, little or big endian)
+/// with an undefined length or one that fits, or implicit VR with a value that ends exactly
+/// at the end of the file.
+pub fn damaged_evidence(path: &Path) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let size = file.metadata().ok()?.len();
+    let mut head = Vec::new();
+    (&mut file)
+        .take(EVIDENCE_WINDOW as u64)
+        .read_to_end(&mut head)
+        .ok()?;
+    find_pixel_data(&head, size).map(|at| {
+        format!(
+            "damaged DICOM file: no DICM magic and no readable data set at the start, yet a \
+             Pixel Data element at byte {at}"
+        )
+    })
+}
+
+/// Offset of the first plausible Pixel Data element header in `head` (the start of a file of
+/// `size` bytes).
+fn find_pixel_data(head: &[u8], size: u64) -> Option<usize> {
+    const LE: [u8; 4] = [0xe0, 0x7f, 0x10, 0x00];
+    const BE: [u8; 4] = [0x7f, 0xe0, 0x00, 0x10];
+    let fits = |value_at: usize, len: u64, slack: u64| {
+        len == 0xffff_ffff || value_at as u64 + len <= size + slack
+    };
+    (0..head.len().saturating_sub(12)).find(|&at| {
+        let tag = &head[at..at + 4];
+        if tag != LE && tag != BE {
+            return false;
+        }
+        let be = tag == BE;
+        let word = |i: usize| {
+            let b = [head[i], head[i + 1], head[i + 2], head[i + 3]];
+            if be {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            }
+        };
+        let vr = &head[at + 4..at + 6];
+        if (vr == b"OB" || vr == b"OW") && head[at + 6..at + 8] == [0, 0] {
+            return fits(at + 12, word(at + 8) as u64, 0);
+        }
+        // Implicit VR (little endian only): the value must end the file (or its pad byte).
+        let len = word(at + 4) as u64;
+        !be && len > 0 && (at as u64 + 8 + len == size || len == 0xffff_ffff)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +201,34 @@ mod tests {
             Probe::BareDataset {
                 transfer_syntax: uids::IMPLICIT_VR_LITTLE_ENDIAN
             }
+        );
+    }
+
+    #[test]
+    fn finds_pixel_data_in_damaged_files_only() {
+        // Explicit VR LE: header, 4 bytes of value, end of file.
+        let mut f = vec![0u8; 40];
+        f.extend([
+            0xe0, 0x7f, 0x10, 0x00, b'O', b'W', 0, 0, 4, 0, 0, 0, 1, 2, 3, 4,
+        ]);
+        assert_eq!(find_pixel_data(&f, f.len() as u64), Some(40));
+        // A length past the end is no evidence.
+        assert_eq!(find_pixel_data(&f, f.len() as u64 - 1), None);
+        // Implicit VR LE: the value must end the file.
+        let mut g = vec![7u8; 21];
+        g.extend([0xe0, 0x7f, 0x10, 0x00, 2, 0, 0, 0, 9, 9]);
+        g.extend([0u8; 8]); // find_pixel_data needs 12 bytes after a header start
+        assert_eq!(find_pixel_data(&g, 31), Some(21));
+        assert_eq!(find_pixel_data(&g, 40), None);
+        // Big endian encapsulated.
+        let mut h = vec![1u8; 9];
+        h.extend([
+            0x7f, 0xe0, 0x00, 0x10, b'O', b'B', 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0,
+        ]);
+        assert_eq!(find_pixel_data(&h, 1000), Some(9));
+        assert_eq!(
+            find_pixel_data(b"PNG and other things, no pixel data", 40),
+            None
         );
     }
 

@@ -64,6 +64,12 @@ pub enum Event {
         stage: Stage,
         reason: String,
     },
+    /// A frame was decoded despite damage (`--damaged render`): rendered, with a warning.
+    FrameWarning {
+        id: usize,
+        frame: u32,
+        warning: String,
+    },
     /// A frame was not attempted because the run was cancelled.
     FrameCancelled { id: usize, frame: u32 },
     /// A file found by the scan was not opened because the run was cancelled.
@@ -79,6 +85,7 @@ impl Event {
             | Event::FrameExisting { id, .. }
             | Event::FrameFailed { id, .. }
             | Event::FrameCancelled { id, .. }
+            | Event::FrameWarning { id, .. }
             | Event::Arrived { id, .. } => Some(*id),
             Event::FileFailed { id, .. } | Event::Skipped { id, .. } => *id,
             Event::FileNotStarted { .. } => None,
@@ -102,6 +109,9 @@ pub struct FileMeta {
     pub image_position: Option<[f64; 3]>,
     /// True when stored values were read straight from the file into the slot.
     pub direct_read: bool,
+    /// What was wrong with the file but tolerated (see `ImageInfo::warnings`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Final status of one input file.
@@ -512,6 +522,14 @@ impl Collector {
                     stage,
                     reason,
                 });
+            }
+            Event::FrameWarning { id, frame, warning } => {
+                let rec = self.record(id, None);
+                tracing::warn!(path = %rec.path.display(), "frame {}: {warning}", frame + 1);
+                if let Some(meta) = rec.meta.as_mut() {
+                    meta.warnings
+                        .push(format!("frame {}: {warning}", frame + 1));
+                }
             }
             Event::FrameCancelled { id, .. } => {
                 self.record(id, None).cancelled_frames += 1;

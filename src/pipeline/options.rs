@@ -1,6 +1,7 @@
 //! How the pipeline runs: its thread layout and counts, the slot ring's depth, the largest
 //! frame it accepts, and whether the first failure stops it; and the [`Job`] a run executes.
 
+use crate::decode::DecodeOptions;
 use crate::output::options::OutputOptions;
 use crate::render::RenderOptions;
 
@@ -53,6 +54,8 @@ impl Default for PipelineOptions {
 /// and how to run the stages.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Job {
+    #[serde(flatten)]
+    pub decode: DecodeOptions,
     #[serde(flatten)]
     pub render: RenderOptions,
     #[serde(flatten)]

@@ -163,6 +163,7 @@ fn first_file_info(job: &Job, inputs: &[PathBuf]) -> Option<crate::decode::Image
     let c = first?;
     let limits = crate::decode::DecodeLimits {
         max_frame_bytes: job.pipeline.max_frame_bytes,
+        damaged: job.decode.damaged,
     };
     // A hostile first file must not take the run down before it starts: the loaders will
     // open it again and report it.

@@ -198,6 +198,7 @@ fn assign_output(ctx: &Context, mut c: Candidate, events: &Sender<Event>) -> Opt
             // the order of the scan, not the loaders' timing, decides who keeps a name.
             let limits = DecodeLimits {
                 max_frame_bytes: ctx.job.pipeline.max_frame_bytes,
+                damaged: ctx.job.decode.damaged,
             };
             let values = catch_unwind(AssertUnwindSafe(|| {
                 crate::decode::naming_values(&c.path, c.kind.clone(), limits)
@@ -493,6 +494,7 @@ fn load_file(
     let t0 = Instant::now();
     let limits = DecodeLimits {
         max_frame_bytes: ctx.job.pipeline.max_frame_bytes,
+        damaged: ctx.job.decode.damaged,
     };
     let mut file = match ImageFile::open(&c.path, c.kind.clone(), limits) {
         Ok(f) => f,
@@ -559,8 +561,12 @@ fn load_file(
             instance_number: info.instance_number,
             image_position: info.image_position,
             direct_read: file.is_direct(),
+            warnings: info.warnings.clone(),
         },
     });
+    for w in &info.warnings {
+        tracing::warn!(path = %c.path.display(), "{w}");
+    }
     let frame_bytes = info.frame_bytes() as usize;
     // Compressed frames a GPU codec of the backend will decode stay compressed in the slot.
     let route = ctx.backend.gpu_route();
@@ -685,6 +691,13 @@ fn load_file(
             ctx.pool.give_back(slot);
             fail(Stage::Decode, reason);
             continue;
+        }
+        if let Some(warning) = file.take_frame_warning() {
+            let _ = events.send(Event::FrameWarning {
+                id: c.id,
+                frame,
+                warning,
+            });
         }
         let end = Instant::now();
         // Busy time is everything this thread did for the frame but wait for a free slot

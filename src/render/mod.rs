@@ -7,6 +7,7 @@ pub mod chain;
 pub mod color;
 pub mod frames;
 pub mod ops;
+pub mod overlay;
 pub mod plan;
 pub mod spec;
 pub mod table;

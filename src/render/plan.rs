@@ -149,6 +149,9 @@ pub struct FramePlan {
     /// stored values: the backend decodes it first (a GPU codec, or the CPU decoder of its
     /// transfer syntax), then applies `chain` to the decoded values.
     pub encoded: Option<EncodedFrame>,
+    /// Overlay planes drawn on the rendered frame (grayscale only, as DCMTK), `None` when
+    /// none covers it or overlays are off.
+    pub overlay: Option<Arc<crate::render::overlay::FrameOverlay>>,
 }
 
 impl FramePlan {
@@ -240,9 +243,9 @@ impl FramePlan {
 }
 
 /// The render choices of a run: the window(s) asked for (by default, per modality, per
-/// series), an override of the file's VOI LUT function, the frames of multi-frame files, and
-/// the operators applied to each rendering.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+/// series), an override of the file's VOI LUT function, whether overlay planes are drawn, the
+/// frames of multi-frame files, and the operators applied to each rendering.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RenderOptions {
     /// The window(s) of files no table below names.
     pub window: Windows,
@@ -251,10 +254,27 @@ pub struct RenderOptions {
     /// Windows by Series Instance UID; these win over the modality's.
     pub window_by_series: BTreeMap<String, Windows>,
     pub voi_function: Option<VoiFunction>,
+    /// Draw the file's overlay planes (60xx) on grayscale frames, as `dcm2pnm` does by
+    /// default; `false` is DCMTK's `-O`. Not on window channels or colour images.
+    pub overlays: bool,
     /// Frames rendered from multi-frame files.
     pub frames: FrameSelection,
     #[serde(flatten)]
     pub ops: OperatorOptions,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            window: Windows::default(),
+            window_by_modality: BTreeMap::new(),
+            window_by_series: BTreeMap::new(),
+            voi_function: None,
+            overlays: true,
+            frames: FrameSelection::default(),
+            ops: OperatorOptions::default(),
+        }
+    }
 }
 
 impl RenderOptions {
@@ -276,10 +296,11 @@ impl RenderOptions {
     pub fn fingerprint(&self, windows: &Windows) -> String {
         let o = &self.ops;
         format!(
-            "window={windows};voi_function={};resize={};fit={};interpolation={};rotate={};\
-             flip={};invert={}",
+            "window={windows};voi_function={};overlays={};resize={};fit={};interpolation={};\
+             rotate={};flip={};invert={}",
             self.voi_function
                 .map_or_else(|| "file".to_string(), |f| f.to_string()),
+            self.overlays,
             o.resize,
             o.fit,
             o.interpolation,
@@ -356,12 +377,20 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
             subsampled: info.subsampled_422,
         })
     };
+    // DCMTK draws overlays on monochrome images only.
+    let overlay = match chain {
+        Chain::Gray(_) if opts.overlays => {
+            crate::render::overlay::FrameOverlay::for_frame(&info.overlays, frame).map(Arc::new)
+        }
+        _ => None,
+    };
     Ok(FramePlan {
         rows: info.rows,
         cols: info.cols,
         chain,
         ops: opts.ops.resolve(info.cols, info.rows)?,
         encoded: None,
+        overlay,
     })
 }
 

@@ -51,7 +51,8 @@ pub enum ScanItem {
     /// A file that is not DICOM, or not rendered for another reason (a FIFO, a dangling link,
     /// the output folder, a file reached twice): listed, not counted as a failure.
     Skipped { path: PathBuf, reason: String },
-    /// A path that could not be read at all (missing input, permission, ...).
+    /// A path that could not be read at all (missing input, permission, ...), or a damaged
+    /// DICOM image whose start is unreadable: a failure.
     Error { path: PathBuf, reason: String },
     /// A file listed but not opened because the run was cancelled first.
     NotStarted { path: PathBuf },
@@ -167,7 +168,11 @@ fn classify(next_id: &mut usize, found: Found) -> ScanItem {
         Found::Error { path, reason } => return ScanItem::Error { path, reason },
     };
     match probe(&path) {
-        Ok(Probe::NotDicom(reason)) => ScanItem::Skipped { path, reason },
+        Ok(Probe::NotDicom(reason)) => match crate::decode::probe::damaged_evidence(&path) {
+            // A damaged image is a failure, not "not an image".
+            Some(reason) => ScanItem::Error { path, reason },
+            None => ScanItem::Skipped { path, reason },
+        },
         Ok(kind) => {
             let id = *next_id;
             *next_id += 1;

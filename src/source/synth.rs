@@ -537,6 +537,7 @@ pub fn phantom_plan(size: u32) -> FramePlan {
         }),
         ops: None,
         encoded: None,
+        overlay: None,
     }
 }
 

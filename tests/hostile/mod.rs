@@ -540,14 +540,54 @@ pub fn build_corpus(dir: &Path, valid: &Path) -> Vec<Case> {
 
     // --- Objects without an image ---------------------------------------------------------
     {
+        // An image SOP class with Rows and Columns but no pixels is a damaged image (issue
+        // 16 cause 3): a failure, not "not an image".
         let mut d = good.clone();
         d.remove(0x7fe0, 0x0010);
         add(
             "no_pixel_data",
             ".dcm",
-            Expect::Skipped,
+            Expect::Failed,
             "image attributes but no Pixel Data element",
             &d.to_bytes(),
+        );
+        let mut d = good.clone();
+        d.remove(0x0028, 0x0010).remove(0x0028, 0x0011);
+        add(
+            "pixel_data_no_rows",
+            ".dcm",
+            Expect::Failed,
+            "Pixel Data without Rows and Columns",
+            &d.to_bytes(),
+        );
+        let mut d = good.clone();
+        d.data.retain(|e| e.group != 0x0028 && e.group != 0x7fe0);
+        add(
+            "image_class_no_pixels",
+            ".dcm",
+            Expect::Failed,
+            "an image SOP class without image pixel module or Pixel Data",
+            &d.to_bytes(),
+        );
+        let mut d = good.clone();
+        d.remove(0x7fe0, 0x0010)
+            .set(0x7fe0, 0x0008, b"OF", &[0u8; 16]);
+        add(
+            "float_pixel_data",
+            ".dcm",
+            Expect::Failed,
+            "Float Pixel Data (a parametric map) instead of Pixel Data",
+            &d.to_bytes(),
+        );
+        // The preamble and DICM magic damaged, the data set intact behind them.
+        let mut bytes = good_bytes.clone();
+        bytes[..132].iter_mut().for_each(|b| *b = 0x5a);
+        add(
+            "damaged_preamble",
+            ".dcm",
+            Expect::Failed,
+            "preamble and DICM magic overwritten, Pixel Data intact",
+            &bytes,
         );
         let mut d = good.clone();
         d.data.retain(|e| e.group != 0x0028 && e.group != 0x7fe0);
@@ -604,13 +644,14 @@ pub fn build_corpus(dir: &Path, valid: &Path) -> Vec<Case> {
             &d.to_bytes(),
         );
 
+        // (Bits Allocated 12 is read since issue 16: packed ACR-NEMA samples.)
         let mut d = good.clone();
-        d.set_us(0x0028, 0x0100, 12);
+        d.set_us(0x0028, 0x0100, 24);
         add(
-            "bits_alloc_12",
+            "bits_alloc_24",
             ".dcm",
             Expect::Failed,
-            "BitsAllocated = 12",
+            "BitsAllocated = 24",
             &d.to_bytes(),
         );
 

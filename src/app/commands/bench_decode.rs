@@ -117,7 +117,10 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
     // First use of each codec: handle creation, a worker's first frame, a second worker's.
     let mut startup: Vec<String> = Vec::new();
     let mut started: std::collections::HashSet<&'static str> = Default::default();
-    let render = RenderOptions::default();
+    let render = RenderOptions {
+        overlays: false,
+        ..RenderOptions::default()
+    };
     let mut rows = Vec::new();
     let mut dev: Option<DeviceBuffer> = None;
     let (mut cpu_vals, mut gpu_vals, mut code, mut scratch) =
@@ -131,6 +134,7 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
         let Ok(kind) = probe(&path) else { continue };
         let limits = DecodeLimits {
             max_frame_bytes: u64::MAX,
+            ..DecodeLimits::default()
         };
         let Ok(mut file) = ImageFile::open(&path, kind, limits) else {
             continue;

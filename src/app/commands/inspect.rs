@@ -68,6 +68,7 @@ pub fn describe(path: &Path, opts: &RenderOptions, gpu: &GpuOptions) -> Result<S
         DecodeLimits {
             max_frame_bytes: dicomflow::pipeline::options::PipelineOptions::default()
                 .max_frame_bytes,
+            damaged: Default::default(),
         },
     )
     .map_err(|e| format!("{}: {e}", Escaped(path)))?;
@@ -203,6 +204,29 @@ pub fn describe(path: &Path, opts: &RenderOptions, gpu: &GpuOptions) -> Result<S
     if let Some(p) = &i.presentation_lut_shape {
         let _ = writeln!(s, "presentation LUT   {p}");
     }
+    if i.overlays.is_empty() {
+        let _ = writeln!(s, "overlays           none");
+    }
+    for (k, o) in i.overlays.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "{}{}{}",
+            if k == 0 {
+                "overlays           "
+            } else {
+                "                   "
+            },
+            o.describe(),
+            if i.photometric.is_gray() {
+                ""
+            } else {
+                " (not drawn on colour images)"
+            }
+        );
+    }
+    for w in &i.warnings {
+        let _ = writeln!(s, "warning            {w}");
+    }
     let _ = writeln!(s, "requested window   {}", opts.windows_for(i));
     match plan_frame(i, 0, opts) {
         Ok(plan) => {
@@ -337,6 +361,7 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
         &RenderOptions {
             window,
             voi_function,
+            overlays: true,
             ..RenderOptions::default()
         },
         &gpu,

@@ -32,6 +32,7 @@ pub fn execute(args: &WatchArgs, quiet: bool, started: Instant) -> Result<i32, F
         dicomflow::source::watch::WatchOptions {
             limits: dicomflow::decode::DecodeLimits {
                 max_frame_bytes: settings.job.pipeline.max_frame_bytes,
+                ..Default::default()
             },
             ..settings.watch.clone()
         },

@@ -727,11 +727,17 @@ impl CudaWorker {
     ) -> Result<RenderOutcome, RenderError> {
         let cuda = RenderError::Cuda;
         self.shared.devices[self.device_slot].bind().map_err(cuda)?;
-        if self.encoder.is_some() {
+        // A frame with overlay planes leaves the GPU as pixels, neither encoded nor filtered:
+        // the overlays are drawn on the host by the CPU backend's code (see `render`), and the
+        // writer encodes the frame.
+        if self.encoder.is_some() && plan.overlay.is_none() {
             return self.render_encoded(strategy, source, plan, slot);
         }
         let in_bytes = plan.input_bytes();
-        let png_filter = self.shared.png_filter;
+        let png_filter = match plan.overlay {
+            Some(_) => None,
+            None => self.shared.png_filter,
+        };
         // With the PNG filter, the slot receives filtered rows (one filter byte more per row).
         let out_bytes = match png_filter {
             Some(_) => plan.output_capacity(),
@@ -1106,7 +1112,10 @@ impl RenderWorker for CudaWorker {
             Chain::Channels(gs) => gs.iter().any(|g| IndexMap::of(&g.stored).is_none()),
             Chain::Color(_) => false,
         };
-        if deep {
+        // Overlays are drawn on the rendering before the operators (which the host cannot do
+        // after the GPU applied them): such frames, rare, render on the CPU reference too.
+        let overlay_under_ops = plan.overlay.is_some() && plan.ops.is_some();
+        if deep || overlay_under_ops {
             return self.cpu.render(plan, slot);
         }
         let mut current = std::borrow::Cow::Borrowed(plan);
@@ -1125,6 +1134,15 @@ impl RenderWorker for CudaWorker {
         };
         if result.is_ok() {
             self.shared.frames[self.device_slot].fetch_add(1, Ordering::Relaxed);
+            if let Some(overlay) = &plan.overlay {
+                // The same code as the CPU backend's, on the rendered pixels in the slot.
+                crate::backend::cpu::draw_overlay(
+                    plan,
+                    overlay,
+                    slot.input.bytes(plan.input_bytes()),
+                    slot.output.bytes_mut(plan.output_bytes()),
+                );
+            }
         }
         self.publish();
         result.map_err(|e| RenderError::OnGpu {

@@ -40,6 +40,8 @@ pub(super) struct Frame {
     pub mcus_x: usize,
     pub mcus_y: usize,
     pub comps: Vec<Component>,
+    /// Rows fully decoded before the data ended (partial decoding only, see `decode_with`).
+    pub complete_rows: Option<usize>,
 }
 
 /// A component's decoded samples; `stride` is `width_in_blocks * 8`.
@@ -117,6 +119,7 @@ impl Frame {
             mcus_x,
             mcus_y,
             comps,
+            complete_rows: None,
         })
     }
 

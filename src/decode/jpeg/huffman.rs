@@ -179,7 +179,18 @@ pub(super) struct BitReader<'a> {
     pos: usize,
     /// Marker that ended the segment (IJG `unread_marker`).
     marker: Option<u8>,
+    /// The data ended without a marker: a bit needed past it is IJG's suspension, which
+    /// DCMTK reports as an incomplete stream (see [`truncated`]).
+    eof: bool,
     pub bits: Bits,
+}
+
+/// The error of a bit needed past the end of the data (DCMTK: the frame's data is
+/// incomplete; its `+wi` workaround keeps the rows decoded before).
+pub(super) fn truncated<T>() -> Result<T> {
+    Err(super::JpegError::truncated(
+        "truncated JPEG stream (entropy-coded data ends without a marker)",
+    ))
 }
 
 impl<'a> BitReader<'a> {
@@ -188,6 +199,7 @@ impl<'a> BitReader<'a> {
             data,
             pos,
             marker: None,
+            eof: false,
             bits: Bits::default(),
         }
     }
@@ -197,14 +209,13 @@ impl<'a> BitReader<'a> {
         (self.pos, self.marker)
     }
 
-    fn byte(&mut self) -> Result<u8> {
-        match self.data.get(self.pos) {
-            Some(&b) => {
-                self.pos += 1;
-                Ok(b)
-            }
-            None => err("truncated JPEG stream (entropy-coded data ends without a marker)"),
+    /// Fails when `n` bits are needed and the data ended before them (no marker).
+    #[inline(always)]
+    fn need(&self, bits: &Bits, n: u32) -> Result<()> {
+        if n > bits.nbits && self.eof {
+            return truncated();
         }
+        Ok(())
     }
 
     /// Common case of a refill: the next eight bytes hold no 0xFF (no marker, no stuffing),
@@ -238,19 +249,31 @@ impl<'a> BitReader<'a> {
     /// so that callers can keep it in registers.
     #[inline(never)]
     fn refill(&mut self, mut bits: Bits) -> Result<Bits> {
-        while bits.nbits <= 56 && self.marker.is_none() {
-            let mut byte = self.byte()?;
+        while bits.nbits <= 56 && self.marker.is_none() && !self.eof {
+            let Some(&first) = self.data.get(self.pos) else {
+                self.eof = true;
+                break;
+            };
+            let mut byte = first;
+            let mut at = self.pos + 1;
             if byte == 0xFF {
-                let mut next = self.byte()?;
-                while next == 0xFF {
-                    next = self.byte()?; // fill bytes before a marker
+                // Fill bytes, then a marker code or the 00 of a stuffed FF.
+                while self.data.get(at) == Some(&0xFF) {
+                    at += 1;
                 }
+                let Some(&next) = self.data.get(at) else {
+                    self.eof = true; // the data ends inside a marker: nothing more to read
+                    break;
+                };
+                at += 1;
                 if next != 0 {
+                    self.pos = at;
                     self.marker = Some(next);
                     break;
                 }
                 byte = 0xFF; // FF00 = one FF data byte
             }
+            self.pos = at;
             bits.buf |= u64::from(byte) << (56 - bits.nbits);
             bits.nbits += 8;
         }
@@ -259,7 +282,7 @@ impl<'a> BitReader<'a> {
 
     #[inline(always)]
     fn ensure(&mut self, bits: &mut Bits, n: u32) -> Result<()> {
-        if bits.nbits < n && self.marker.is_none() && !self.refill_fast(bits) {
+        if bits.nbits < n && self.marker.is_none() && !self.eof && !self.refill_fast(bits) {
             *bits = self.refill(*bits)?;
         }
         Ok(())
@@ -275,10 +298,11 @@ impl<'a> BitReader<'a> {
             .copied()
             .unwrap_or(0);
         if entry != 0 {
+            self.need(bits, u32::from(entry >> 8))?;
             bits.consume(u32::from(entry >> 8));
             return Ok(entry as u8);
         }
-        decode_slow(bits, table)
+        decode_slow(bits, table, self.eof)
     }
 
     /// Decodes one AC coefficient when code and magnitude fit in the lookahead window.
@@ -298,6 +322,7 @@ impl<'a> BitReader<'a> {
         if entry == 0 {
             return Ok(None);
         }
+        self.need(bits, (entry & 0xFF) as u32)?;
         bits.consume((entry & 0xFF) as u32);
         Ok(Some((((entry >> 8) & 0xFF) as usize, (entry >> 16) as i16)))
     }
@@ -306,6 +331,7 @@ impl<'a> BitReader<'a> {
     #[inline(always)]
     pub fn receive_extend(&mut self, bits: &mut Bits, s: u32) -> Result<i32> {
         self.ensure(bits, s)?;
+        self.need(bits, s)?;
         let v = bits.peek(s) as i32;
         bits.consume(s);
         Ok(extend(v, s))
@@ -389,14 +415,18 @@ fn extend(v: i32, s: u32) -> i32 {
     }
 }
 
-/// Codes longer than the lookahead window, bit by bit (IJG `jpeg_huff_decode`).
+/// Codes longer than the lookahead window, bit by bit (IJG `jpeg_huff_decode`). `eof`: the
+/// data ended without a marker, so a bit past `bits.nbits` does not exist.
 #[inline(never)]
-fn decode_slow(bits: &mut Bits, table: &HuffTable) -> Result<u8> {
+fn decode_slow(bits: &mut Bits, table: &HuffTable, eof: bool) -> Result<u8> {
     let mut l = LOOKAHEAD + 1;
     let mut code = bits.peek(l) as i32;
     while l <= 16 && code > table.maxcode[l as usize] {
         l += 1;
         code = bits.peek(l) as i32;
+    }
+    if eof && l.min(17) > bits.nbits {
+        return truncated();
     }
     if l > 16 {
         // IJG: "Corrupt JPEG data: bad Huffman code"; 17 bits are gone, symbol 0.

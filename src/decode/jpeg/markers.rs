@@ -72,7 +72,9 @@ impl<'a> Cursor<'a> {
 }
 
 fn truncated<T>() -> Result<T> {
-    err("truncated JPEG stream (data ends before the EOI marker)")
+    Err(super::JpegError::truncated(
+        "truncated JPEG stream (data ends before the EOI marker)",
+    ))
 }
 
 fn next_byte(data: &[u8], pos: &mut usize) -> Result<u8> {
@@ -115,6 +117,8 @@ pub(super) struct ComponentSpec {
 }
 
 pub(super) struct FrameHeader {
+    /// SOF3: lossless (process 14), Huffman coded.
+    pub lossless: bool,
     pub precision: u8,
     pub width: u16,
     pub height: u16,
@@ -130,13 +134,19 @@ pub(super) struct ScanComponent {
 
 pub(super) struct ScanHeader {
     pub comps: Vec<ScanComponent>,
+    /// Spectral selection start; the predictor selection value in a lossless scan.
+    pub ss: u8,
+    pub se: u8,
+    pub ah: u8,
+    /// Successive approximation low bit; the point transform in a lossless scan.
+    pub al: u8,
 }
 
 fn check_sof_type(m: u8) -> Result<()> {
     match m {
-        0xC0 | 0xC1 => Ok(()),
+        0xC0 | 0xC1 | 0xC3 => Ok(()),
         0xC2 | 0xCA => err("unsupported: progressive JPEG"),
-        0xC3 | 0xCB => err("unsupported: lossless JPEG (use the lossless decoder)"),
+        0xCB => err("unsupported: arithmetic-coded lossless JPEG"),
         0xC9 => err("unsupported: arithmetic-coded JPEG"),
         _ => err(format!(
             "unsupported: hierarchical/differential JPEG (SOF marker 0x{m:02X})"
@@ -161,7 +171,15 @@ pub(super) fn read_sof(cur: &mut Cursor, marker: u8) -> Result<FrameHeader> {
     if usize::from(length) != 8 + 3 * usize::from(n) {
         return err("bad SOF segment length");
     }
-    if precision != 8 && precision != 12 {
+    let lossless = marker == 0xC3;
+    if lossless {
+        // DCMTK picks its 8-, 12- or 16-bit IJG build by this precision: 2 to 16 bits.
+        if !(2..=16).contains(&precision) {
+            return err(format!(
+                "unsupported: {precision}-bit lossless JPEG (2 to 16)"
+            ));
+        }
+    } else if precision != 8 && precision != 12 {
         return err(format!(
             "unsupported: {precision}-bit lossy JPEG (only 8 and 12)"
         ));
@@ -184,6 +202,7 @@ pub(super) fn read_sof(cur: &mut Cursor, marker: u8) -> Result<FrameHeader> {
         comps.push(ComponentSpec { id, h, v, tq });
     }
     Ok(FrameHeader {
+        lossless,
         precision,
         width,
         height,
@@ -191,9 +210,10 @@ pub(super) fn read_sof(cur: &mut Cursor, marker: u8) -> Result<FrameHeader> {
     })
 }
 
-/// IJG `get_sos`. Ss, Se, Ah and Al are read but ignored: IJG only warns when a sequential
-/// scan has odd values, since some baseline files carry zeroes there.
-pub(super) fn read_sos(cur: &mut Cursor, frame: &super::Frame) -> Result<ScanHeader> {
+/// IJG `get_sos`. A sequential DCT scan ignores Ss, Se, Ah and Al (IJG only warns about odd
+/// values, since some baseline files carry zeroes there); a lossless scan uses Ss as its
+/// predictor and Al as its point transform. `frame_ids` are the frame's component IDs.
+pub(super) fn read_sos(cur: &mut Cursor, frame_ids: &[u8]) -> Result<ScanHeader> {
     let length = cur.u16()?;
     let n = cur.byte()?;
     if usize::from(length) != 6 + 2 * usize::from(n) || !(1..=4).contains(&n) {
@@ -204,7 +224,7 @@ pub(super) fn read_sos(cur: &mut Cursor, frame: &super::Frame) -> Result<ScanHea
         let cid = cur.byte()?;
         let tables = cur.byte()?;
         // IJG takes the first frame component with this ID.
-        let Some(index) = frame.comps.iter().position(|c| c.id == cid) else {
+        let Some(index) = frame_ids.iter().position(|&id| id == cid) else {
             return err(format!("scan refers to unknown component {cid}"));
         };
         if comps.iter().any(|c| c.index == index) {
@@ -216,8 +236,16 @@ pub(super) fn read_sos(cur: &mut Cursor, frame: &super::Frame) -> Result<ScanHea
             ac: tables & 15,
         });
     }
-    cur.skip(3)?; // Ss, Se, Ah/Al
-    Ok(ScanHeader { comps })
+    let ss = cur.byte()?;
+    let se = cur.byte()?;
+    let a = cur.byte()?;
+    Ok(ScanHeader {
+        comps,
+        ss,
+        se,
+        ah: a >> 4,
+        al: a & 15,
+    })
 }
 
 /// Handles every marker other than SOI/SOFn/SOS/EOI: tables are stored, the rest skipped

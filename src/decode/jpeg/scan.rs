@@ -26,12 +26,16 @@ struct ScanTables {
 
 /// Decodes the entropy-coded data that follows an SOS header at `pos`. Returns the byte
 /// position after it and the marker that ended it, if already read.
+/// `partial`: when the data ends inside the scan, keep what was decoded (IJG suspends there and
+/// DCMTK's `+wi` keeps the scanlines already output: whole iMCU rows) instead of failing; the
+/// frame's `complete_rows` then says how many rows are good.
 pub(super) fn decode_scan(
     frame: &mut Frame,
     header: &ScanHeader,
     tables: &Tables,
     data: &[u8],
     pos: usize,
+    partial: bool,
 ) -> Result<(usize, Option<u8>)> {
     let scan = prepare_tables(frame, header, tables)?;
     let interleaved = scan.len() > 1;
@@ -62,7 +66,17 @@ pub(super) fn decode_scan(
                     my,
                     interleaved,
                 };
-                decode_mcu(frame, &scan, &layout, origin, &mut br, &mut last_dc)?;
+                match decode_mcu(frame, &scan, &layout, origin, &mut br, &mut last_dc) {
+                    Ok(()) => {}
+                    Err(e) if e.truncated && partial => {
+                        // Rows of the iMCU rows before this one (8 rows of blocks, times the
+                        // vertical sampling of an interleaved scan).
+                        let rows_per_mcu = if interleaved { 8 * frame.max_v } else { 8 };
+                        frame.complete_rows = Some((my * rows_per_mcu).min(frame.height));
+                        return Ok((data.len(), None));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             restarts_to_go = restarts_to_go.wrapping_sub(1);
         }

@@ -80,6 +80,79 @@ fn ycbcr_422_12bit_matches_dcmtk() {
     );
 }
 
+/// Lossless fixtures from `tests/fixtures/lossless_jpeg_encoder.py` (restart intervals,
+/// point transforms, a stream cut short), references decoded by DCMTK 3.6.7 `dcmdjpeg`.
+#[test]
+fn lossless_with_point_transform_and_restarts_matches_dcmtk() {
+    check_fixture(
+        include_bytes!("testdata/ll_8_3_sv7_pt2_ri5.jpg"),
+        include_bytes!("testdata/ll_8_3_sv7_pt2_ri5.dcmtk"),
+        false,
+        (17, 23, 3, 8),
+    );
+    check_fixture(
+        include_bytes!("testdata/ll_12_1_sv4_pt0_ri1.jpg"),
+        include_bytes!("testdata/ll_12_1_sv4_pt0_ri1.dcmtk"),
+        false,
+        (17, 23, 1, 12),
+    );
+}
+
+#[test]
+fn lossless_stream_cut_short_decodes_like_ijg() {
+    // Predictor 6, Pt 2, a restart every 3 rows, EOI two thirds into the data: the rows
+    // after the cut are the initial predictor 2^(16-2-1) << 2 = 32768.
+    check_fixture(
+        include_bytes!("testdata/ll_16_1_sv6_pt2_ri3_cut.jpg"),
+        include_bytes!("testdata/ll_16_1_sv6_pt2_ri3_cut.dcmtk"),
+        false,
+        (17, 23, 1, 16),
+    );
+    let mut out = Vec::new();
+    decode(
+        include_bytes!("testdata/ll_16_1_sv6_pt2_ri3_cut.jpg"),
+        false,
+        &mut out,
+    )
+    .unwrap();
+    let last_row = &out[out.len() - 2 * 17..];
+    assert!(last_row
+        .chunks_exact(2)
+        .all(|b| u16::from_ne_bytes([b[0], b[1]]) == 32768));
+}
+
+/// A hand-made 4x2 lossless stream: every difference is coded by category 1 or 0 with a
+/// one-entry table, so the samples follow from the predictors alone.
+#[test]
+fn lossless_point_transform_shifts_reconstructed_values() {
+    // DHT: class 0 id 0, two codes of length 1: category 0 ("0") and category 1 ("1").
+    let mut bits = [0u8; 16];
+    bits[0] = 2;
+    let mut dht = vec![0x00];
+    dht.extend_from_slice(&bits);
+    dht.extend_from_slice(&[0, 1]);
+    let mut s = vec![0xFF, 0xD8];
+    s.extend(segment(0xC4, &dht));
+    // SOF3: precision 8, 2 rows, 4 columns, 1 component.
+    s.extend(segment(0xC3, &[8, 0, 2, 0, 4, 1, 1, 0x11, 0]));
+    // SOS: predictor 1, Pt 3.
+    s.extend(segment(0xDA, &[1, 1, 0x00, 1, 0, 3]));
+    // Row 0 differences +1, 0, +1, -1; row 1 +1, +1, 0, 0. Category 1 codes "1" then a
+    // magnitude bit (1 = +1, 0 = -1); category 0 codes "0".
+    // bits: 11 0 11 10 | 11 11 0 0, then 1-bits padding -> 1101 1101 1110 0111
+    s.extend([0xDD, 0xE7, 0xFF, 0xD9]);
+    let mut out = Vec::new();
+    let img = decode(&s, false, &mut out).unwrap();
+    assert_eq!((img.width, img.height, img.precision), (4, 2, 8));
+    // Reduced values: first row from 2^(8-3-1) = 16: 17 17 18 17; second row starts from the
+    // sample above: 18, then left neighbours: 19 19 19. Output = reduced << 3.
+    let expect: Vec<u8> = [17u8, 17, 18, 17, 18, 19, 19, 19]
+        .iter()
+        .map(|v| v << 3)
+        .collect();
+    assert_eq!(out, expect);
+}
+
 #[test]
 fn mixed_sampling_noninterleaved_scans_match_dcmtk() {
     // Y 2x1, Cb 1x2, Cr 1x1 (replicate, h2v1 fancy and h2v2 fancy), two scans, restarts.
@@ -160,7 +233,7 @@ fn decode_err(data: &[u8]) -> String {
     let mut out = Vec::new();
     match decode(data, true, &mut out) {
         Ok(img) => panic!("expected an error, got {img:?}"),
-        Err(e) => e.0,
+        Err(e) => e.message,
     }
 }
 
@@ -203,7 +276,7 @@ fn unsupported_processes_are_reported() {
         e.contains("unsupported") && e.contains("progressive"),
         "{e}"
     );
-    let e = decode_err(&with_eoi(synthetic(0xC3, 8, (8, 8), &[(1, 0x11)], &[0])));
+    let e = decode_err(&with_eoi(synthetic(0xCB, 8, (8, 8), &[(1, 0x11)], &[0])));
     assert!(e.contains("unsupported") && e.contains("lossless"), "{e}");
     let e = decode_err(&with_eoi(synthetic(0xC9, 8, (8, 8), &[(1, 0x11)], &[0])));
     assert!(e.contains("unsupported") && e.contains("arithmetic"), "{e}");
@@ -356,4 +429,34 @@ fn range_limit_wraps_like_ijg() {
     assert!(out.iter().all(|&v| v == 228));
     idct::idct_islow::<12>(&coef, &[8; 64], &mut out, 8);
     assert!(out.iter().all(|&v| v == 2148));
+}
+
+#[test]
+fn data_cut_short_fails_or_decodes_partially() {
+    for (data, rows_per_unit) in [
+        (&include_bytes!("testdata/ll_12_1_sv4_pt0_ri1.jpg")[..], 1),
+        (&include_bytes!("testdata/gray12_19x11.jpg")[..], 8),
+    ] {
+        let cut = &data[..data.len() * 2 / 3];
+        let mut out = Vec::new();
+        let e = decode(cut, false, &mut out).unwrap_err();
+        assert!(e.truncated, "{e}");
+        let img = decode_with(cut, false, &mut out, true).unwrap();
+        let rows = img.complete_rows.unwrap();
+        assert!(
+            rows < img.height && rows.is_multiple_of(rows_per_unit),
+            "{rows}"
+        );
+        // Rows before the cut are what a full decode gives, the rest are zero.
+        let mut full = Vec::new();
+        decode(data, false, &mut full).unwrap();
+        let row_bytes = full.len() / img.height as usize;
+        let good = rows as usize * row_bytes;
+        assert_eq!(out[..good], full[..good]);
+        assert!(out[good..].iter().all(|&b| b == 0));
+        // Only the end-of-image marker missing: every row decodes.
+        let img = decode_with(&data[..data.len() - 2], false, &mut out, true).unwrap();
+        assert_eq!(img.complete_rows, Some(img.height));
+        assert_eq!(out, full);
+    }
 }

@@ -609,6 +609,7 @@ impl Session<'_> {
             // An instance is at most max_instance_bytes: so is any frame of it.
             let limits = crate::decode::DecodeLimits {
                 max_frame_bytes: shared.options.max_instance_bytes,
+                ..Default::default()
             };
             crate::decode::check_received(incoming.path(), limits)
         });

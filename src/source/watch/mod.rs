@@ -46,6 +46,7 @@ impl Default for WatchOptions {
             rescan: Duration::from_secs(30),
             limits: crate::decode::DecodeLimits {
                 max_frame_bytes: 1024 << 20,
+                ..Default::default()
             },
         }
     }
