@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Everything a GPU host must confirm about a build, in one command (the lent H200 machine is
+# reached for minutes at a time, and a cold start costs one or two of them): the GPU tests, then
+# the benchmarks that need a GPU, each section with its own time limit, results under OUT.
+#
+# usage: scripts/device_verify.sh STAGE OUT [SECTIONS]
+#   STAGE    a folder holding bin/dicomflow(.xz), tests/*(.xz) (test executables, as
+#            ../shared/tools/device-stage.sh makes them), libs/*.xz (codec libraries:
+#            libnvjpeg2k.so.0, libnvcomp.so.6, compressed to fit the transfer) and, for the
+#            before/after benchmarks, dicomflow-BASE.xz (an earlier build)
+#   OUT      where logs and tables go
+#   SECTIONS comma-separated, default all: tests, transfer, host2000, resize, shard, listen,
+#            encode, decode
+# Each section prints a short table and appends it to OUT/summary.txt.
+set -uo pipefail
+stage=$(readlink -f "$1")
+out=$(readlink -f "$2")
+sections=${3:-tests,transfer,host2000,resize,shard,listen,encode,decode}
+here=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out" /tmp/dv-libs /tmp/dv-bin
+summary=$out/summary.txt
+say() { echo "$*" | tee -a "$summary"; }
+want() { [[ ",$sections," == *",$1,"* ]]; }
+unpack() { # file.xz or file -> dest
+  case $1 in *.xz) xz -dc "$1" > "$2" ;; *) cp "$1" "$2" ;; esac
+  chmod +x "$2"
+}
+
+for f in "$stage"/libs/*.xz; do [ -e "$f" ] && xz -dc "$f" > "/tmp/dv-libs/$(basename "$f" .xz)"; done
+export LD_LIBRARY_PATH=/tmp/dv-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+bin=/tmp/dv-bin/dicomflow
+unpack "$(ls "$stage"/bin/dicomflow* | head -1)" "$bin"
+base=
+if ls "$stage"/dicomflow-*.xz >/dev/null 2>&1; then
+  base=/tmp/dv-bin/dicomflow-base
+  unpack "$(ls "$stage"/dicomflow-*.xz | head -1)" "$base"
+fi
+say "== $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); $(nproc) cores; $(date -u +%FT%TZ)"
+say "   build $("$bin" --version 2>/dev/null); base ${base:+$("$base" --version 2>/dev/null)}"
+
+if want tests; then
+  # Test executables keep this checkout's absolute path (CARGO_MANIFEST_DIR, CARGO_BIN_EXE_*):
+  # link it to the copy here, and put the binary where the CLI tests look for it.
+  manifest=$(cat "$stage/manifest_dir" 2>/dev/null || echo "$here")
+  if [ "$manifest" != "$here" ] && [ ! -e "$manifest" ]; then
+    mkdir -p "$(dirname "$manifest")" && ln -s "$here" "$manifest"
+  fi
+  mkdir -p "$here/target/release" && cp "$bin" "$here/target/release/dicomflow"
+  mkdir -p /tmp/dv-tests
+  status=0
+  for t in "$stage"/tests/*; do
+    name=$(basename "$t" .xz)
+    unpack "$t" "/tmp/dv-tests/$name"
+    limit=${TESTS_TIMEOUT:-90}
+    [ "$name" = gpu ] && limit=${GPU_TESTS_TIMEOUT:-300}
+    ( cd "$here" && timeout "$limit" "/tmp/dv-tests/$name" ) \
+      > "$out/test-$name.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && status=1
+    say "   test $name: rc $rc; $(grep -E '^test result' "$out/test-$name.log" | tail -1)"
+    grep -E "^test .* FAILED|panicked" "$out/test-$name.log" | head -5 | tee -a "$summary"
+  done
+  say "== tests: $([ $status -eq 0 ] && echo all passed || echo FAILURES)"
+fi
+
+if want transfer && [ -n "$base" ]; then
+  for b in base new base new; do
+    exe=$([ $b = base ] && echo "$base" || echo "$bin")
+    timeout 120 "$exe" bench transfer --sizes 2000 > "$out/transfer-$b.txt" 2>&1
+    say "   bench transfer $b:"
+    grep -E "^2000x2000 +(zero-copy|pinned) .*sustained 8 streams|floor" "$out/transfer-$b.txt" | tee -a "$summary"
+  done
+fi
+
+if want host2000 && [ -n "$base" ]; then
+  for b in base new; do
+    exe=$([ $b = base ] && echo "$base" || echo "$bin")
+    timeout 240 python3 "$here/scripts/bench_host.py" "$exe" /nonexistent "$out/host-$b" \
+      --slices 1000 --sizes 2000 --only dicomflow --repeat 2 --work /dev/shm/dv-host \
+      > "$out/host2000-$b.txt" 2>&1
+    say "   bench_host 2000 $b:"; grep -E "^2000x2000|^#" "$out/host2000-$b.txt" | tee -a "$summary"
+  done
+  rm -rf /dev/shm/dv-host
+fi
+
+if want resize; then
+  SIZES=2000:1000 timeout 240 bash "$here/scripts/bench_resize.sh" "$bin" /dev/shm/dv-resize cuda 3 \
+    > "$out/resize.txt" 2>&1
+  say "   resize:"; tail -8 "$out/resize.txt" | tee -a "$summary"
+  rm -rf /dev/shm/dv-resize
+fi
+
+if want shard; then
+  timeout 240 bash "$here/scripts/bench_shard.sh" "$bin" /dev/shm/dv-shard --slices 4000 --size 512 \
+    --shards 4 --rounds 1 > "$out/shard.txt" 2>&1
+  say "   shard:"; tail -6 "$out/shard.txt" | tee -a "$summary"
+  rm -rf /dev/shm/dv-shard
+fi
+
+if want encode; then
+  # GPU JPEG against the CPU encoder (quality, size), and PNG with nvCOMP, on the sample.
+  w=/dev/shm/dv-encode
+  rm -rf $w && "$bin" -q synth $w/in --size 2000 --slices 200
+  for cfg in "cpu-jpeg:--backend cpu --format jpeg" "gpu-jpeg:--backend cuda --format jpeg --gpu-encode gpu" \
+             "cpu-png:--backend cpu" "cuda-cpu-png:--backend cuda --gpu-encode cpu" "gpu-png:--backend cuda --gpu-encode gpu --streams 8"; do
+    label=${cfg%%:*}; args=${cfg#*:}
+    t0=$(date +%s.%N)
+    timeout 120 "$bin" run $w/in -o $w/out-$label $args --no-tui -q --report $out/encode-$label.json > /dev/null 2>&1
+    rc=$?; t1=$(date +%s.%N)
+    say "   encode $label: rc $rc, $(python3 -c "print(f'{200/($t1-$t0):.1f} slices/s')")"
+  done
+  rm -rf $w
+fi
+
+if want listen; then
+  timeout 200 python3 "$here/scripts/bench_listen.py" "$bin" /dev/shm/dv-listen --sender dicomflow \
+    --backend cuda --associations 1,16 --slices 2000 --repeat 1 --rate 200 > "$out/listen.txt" 2>&1
+  say "   listen:"; tail -12 "$out/listen.txt" | tee -a "$summary"
+  rm -rf /dev/shm/dv-listen
+fi
+
+if want decode && [ -d "$stage/decode-data" ]; then
+  timeout 240 python3 "$here/scripts/bench_decode.py" "$bin" "$stage/decode-data" "$out/decode" \
+    --sizes 512 --slices 1000 --series j2k --streams 16 > "$out/decode.txt" 2>&1
+  say "   decode:"; tail -8 "$out/decode.txt" | tee -a "$summary"
+fi
+say "== done $(date -u +%FT%TZ)"
