@@ -835,8 +835,12 @@ fn gpu_damaged_images_fail_as_on_the_cpu() {
             })
             .collect();
         files.sort();
+        // A multi-frame file with one cut frame is `partial` (its other frames render); every
+        // other damaged file fails whole.
         assert!(
-            files.iter().all(|(_, s)| s == "failed"),
+            files.iter().all(
+                |(p, s)| s == "failed" || (s == "partial" && p.ends_with("jpeg_frame_cut.dcm"))
+            ),
             "{backend}: {files:?}"
         );
         reports.push(files);
