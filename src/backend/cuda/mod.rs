@@ -611,6 +611,13 @@ impl Backend for CudaBackend {
     }
 
     fn finish(&self) {
+        let (sync, stream, pinned) = decode::alloc::calls();
+        if sync + stream + pinned > 0 {
+            tracing::info!(
+                "codec library allocations: {sync} device (synchronous), {stream} device \
+                 (stream-ordered), {pinned} page-locked"
+            );
+        }
         self.pinned.clear_stock();
         self.shared.publish();
         tracing::info!(

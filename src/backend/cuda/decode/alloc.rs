@@ -11,11 +11,27 @@
 
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
 use crate::backend::cuda::driver::Device;
+
+/// Calls the codec libraries made to each callback during this process: device allocations
+/// (synchronous, outside a stream), device allocations on a stream, and page-locked ones. A
+/// library that allocates per frame shows here (a synchronous free or a page-locked one waits
+/// for the device, which would serialize the workers); logged when the backend finishes.
+pub static CALLS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// The counts of [`CALLS`]: (synchronous device, stream-ordered device, page-locked).
+pub fn calls() -> (u64, u64, u64) {
+    (
+        CALLS[0].load(Ordering::Relaxed),
+        CALLS[1].load(Ordering::Relaxed),
+        CALLS[2].load(Ordering::Relaxed),
+    )
+}
 
 /// What the callbacks need: the device whose context must be current, and the allocations made
 /// outside any stream. Boxed and kept alive by the handle's owner for as long as the handle
@@ -74,6 +90,7 @@ pub unsafe extern "C" fn device_malloc(
         return 1;
     }
     let mut dptr: sys::CUdeviceptr = 0;
+    CALLS[usize::from(!stream.is_null())].fetch_add(1, Ordering::Relaxed);
     let r = if stream.is_null() {
         // SAFETY: out pointer valid, context current.
         let r = unsafe { sys::cuMemAlloc_v2(&mut dptr, size.max(1)) };
@@ -152,6 +169,7 @@ pub unsafe extern "C" fn pinned_malloc(
         return 1;
     }
     let mut p: *mut c_void = std::ptr::null_mut();
+    CALLS[2].fetch_add(1, Ordering::Relaxed);
     // SAFETY: out pointer valid, context current.
     let r = unsafe { sys::cuMemHostAlloc(&mut p, size.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) };
     if r != sys::CUresult::CUDA_SUCCESS {

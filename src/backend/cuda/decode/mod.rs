@@ -146,6 +146,17 @@ impl Codecs {
             .map_err(Failure::Device)
     }
 
+    /// A new nvJPEG2000 handle of the worker's own, for `device`: with
+    /// `DICOMFLOW_NVJPEG2K_HANDLES=worker` each worker has one instead of sharing its device's
+    /// (an experiment knob: the shared handle is the default and what the tests run).
+    fn own_j2k_handle(&self, device: &Arc<Device>) -> Result<Arc<nvjpeg2k::Handle>, Failure> {
+        let lib = self
+            .nvjpeg2k
+            .as_ref()
+            .map_err(|e| Failure::Device(e.clone()))?;
+        nvjpeg2k::Handle::new(lib, device).map_err(Failure::Device)
+    }
+
     /// The nvJPEG lossless handle of device slot `slot`.
     pub fn lossless_handle(
         &self,
@@ -350,7 +361,13 @@ impl FrameDecoder {
                 let d = self
                     .j2k
                     .get_or_insert_with(|| {
-                        let h = codecs.j2k_handle(slot, device)?;
+                        let own = std::env::var("DICOMFLOW_NVJPEG2K_HANDLES")
+                            .is_ok_and(|v| v == "worker");
+                        let h = if own {
+                            codecs.own_j2k_handle(device)?
+                        } else {
+                            codecs.j2k_handle(slot, device)?
+                        };
                         nvjpeg2k::Decoder::new(&h, stream).map_err(Failure::Device)
                     })
                     .as_mut()
