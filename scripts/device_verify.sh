@@ -9,13 +9,13 @@
 #            libnvjpeg2k.so.0, libnvcomp.so.6, compressed to fit the transfer) and, for the
 #            before/after benchmarks, dicomflow-BASE.xz (an earlier build)
 #   OUT      where logs and tables go
-#   SECTIONS comma-separated, default all: tests, transfer, host2000, resize, shard, listen,
-#            encode, decode
+#   SECTIONS comma-separated, default all: tests, transfer, host2000, resize, shard, encode,
+#            j2k, listen, decode
 # Each section prints a short table and appends it to OUT/summary.txt.
 set -uo pipefail
 stage=$(readlink -f "$1")
 out=$(readlink -f "$2")
-sections=${3:-tests,transfer,host2000,resize,shard,listen,encode,decode}
+sections=${3:-tests,transfer,host2000,resize,shard,encode,j2k,listen,decode}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out" /tmp/dv-libs /tmp/dv-bin
 summary=$out/summary.txt
@@ -98,16 +98,52 @@ if want shard; then
 fi
 
 if want encode; then
-  # GPU JPEG against the CPU encoder (quality, size), and PNG with nvCOMP, on the sample.
+  # The encoders on the whole command (slices/s from the wall clock, start-up included) and the
+  # pipeline alone (the report's elapsed), for PNG and JPEG, CPU and GPU, at 2000² and 512².
   w=/dev/shm/dv-encode
-  rm -rf $w && "$bin" -q synth $w/in --size 2000 --slices 200
-  for cfg in "cpu-jpeg:--backend cpu --format jpeg" "gpu-jpeg:--backend cuda --format jpeg --gpu-encode gpu" \
-             "cpu-png:--backend cpu" "cuda-cpu-png:--backend cuda --gpu-encode cpu" "gpu-png:--backend cuda --gpu-encode gpu --streams 8"; do
+  for spec in ${ENCODE_SIZES:-2000:1000 512:4000}; do
+    size=${spec%%:*}; n=${spec#*:}
+    rm -rf $w && "$bin" -q synth $w/in --size "$size" --slices "$n"
+    for cfg in "cpu-png:--backend cpu" "cuda-cpu-png:--backend cuda --gpu-encode cpu" \
+               "gpu-png:--backend cuda --gpu-encode gpu --streams 8" \
+               "cpu-jpeg:--backend cpu --format jpeg" "gpu-jpeg:--backend cuda --format jpeg --gpu-encode gpu"; do
+      label=${cfg%%:*}; args=${cfg#*:}
+      t0=$(date +%s.%N)
+      timeout 120 "$bin" run $w/in -o $w/out-$label $args --no-tui -q --report $w/r.json > /dev/null 2>&1
+      rc=$?; t1=$(date +%s.%N)
+      say "   encode ${size}² x $n $label: rc $rc, $(python3 -c "
+import json; r=json.load(open('$w/r.json')); e=r['result']['elapsed']; o=r['result']['totals']['output_bytes']
+print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline, out {o/1e6:.1f} MB')" 2>/dev/null)"
+      rm -rf $w/out-$label
+    done
+  done
+  rm -rf $w
+fi
+
+if want j2k && [ -d "$stage/decode-data/j2k" ]; then
+  # JPEG 2000 lossless 512², 1000 slices (the stage's distinct slices copied): CPU decode, GPU
+  # decode with a handle per device (default) and per worker, and GPU decode + GPU PNG.
+  w=/dev/shm/dv-j2k; rm -rf $w
+  distinct=$(ls "$stage/decode-data/j2k" | wc -l)
+  for i in $(seq 1 $(( (1000 + distinct - 1) / distinct ))); do
+    mkdir -p $w/in/c$i && cp "$stage"/decode-data/j2k/* $w/in/c$i/
+  done
+  n=$(find $w/in -type f | wc -l)
+  for cfg in "cpu:--backend cpu" "gpu:--backend cuda" "gpu-worker-handles:--backend cuda" \
+             "gpu-decode+gpu-png:--backend cuda --gpu-encode gpu"; do
     label=${cfg%%:*}; args=${cfg#*:}
+    handles=device; [ $label = gpu-worker-handles ] && handles=worker
     t0=$(date +%s.%N)
-    timeout 120 "$bin" run $w/in -o $w/out-$label $args --no-tui -q --report $out/encode-$label.json > /dev/null 2>&1
+    DICOMFLOW_NVJPEG2K_HANDLES=$handles timeout 120 "$bin" -v run $w/in -o $w/out-$label $args --no-tui \
+      --report $w/r.json > $w/log 2>&1
     rc=$?; t1=$(date +%s.%N)
-    say "   encode $label: rc $rc, $(python3 -c "print(f'{200/($t1-$t0):.1f} slices/s')")"
+    say "   j2k 512² x $n $label: rc $rc, $(python3 -c "
+import json; r=json.load(open('$w/r.json')); e=r['result']['elapsed']
+st={s['name']: s for s in r['statistics']['stages']}
+g=st.get('gpu decode', {})
+print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline; gpu decode p50 {g.get(\"p50_ms\", 0):.2f} ms busy {g.get(\"busy_fraction\", 0):.2f}')" 2>/dev/null)"
+    grep -h "allocations" $w/log | tail -1 | tee -a "$summary"
+    rm -rf $w/out-$label
   done
   rm -rf $w
 fi
