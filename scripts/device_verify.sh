@@ -108,7 +108,7 @@ if want encode; then
                "gpu-png:--backend cuda --gpu-encode gpu --streams 8" \
                "cpu-jpeg:--backend cpu --format jpeg" "gpu-jpeg:--backend cuda --format jpeg --gpu-encode gpu"; do
       label=${cfg%%:*}; args=${cfg#*:}
-      t0=$(date +%s.%N)
+      rm -f $w/r.json; t0=$(date +%s.%N)
       timeout 120 "$bin" run $w/in -o $w/out-$label $args --no-tui -q --report $w/r.json > /dev/null 2>&1
       rc=$?; t1=$(date +%s.%N)
       say "   encode ${size}² x $n $label: rc $rc, $(python3 -c "
@@ -133,7 +133,7 @@ if want j2k && [ -d "$stage/decode-data/j2k" ]; then
              "gpu-decode+gpu-png:--backend cuda --gpu-encode gpu"; do
     label=${cfg%%:*}; args=${cfg#*:}
     handles=device; [ $label = gpu-worker-handles ] && handles=worker
-    t0=$(date +%s.%N)
+    rm -f $w/r.json; t0=$(date +%s.%N)
     DICOMFLOW_NVJPEG2K_HANDLES=$handles timeout 120 "$bin" -v run $w/in -o $w/out-$label $args --no-tui \
       --report $w/r.json > $w/log 2>&1
     rc=$?; t1=$(date +%s.%N)
