@@ -11,7 +11,7 @@ use dicomflow::backend::cpu::{CpuBackend, CpuRenderer};
 use dicomflow::output::encode::{EncodeOptions, ImageEncoder};
 use dicomflow::output::options::{OutputFormat, OutputOptions};
 use dicomflow::pipeline::options::Job;
-use dicomflow::source::synth::{phantom_plan, phantom_stored, write_series, SynthOptions};
+use dicomflow::synth::{phantom_plan, phantom_stored, write_series, SynthOptions};
 
 /// Best of `iters` runs of `f`, in milliseconds.
 fn best_ms(iters: usize, mut f: impl FnMut()) -> f64 {

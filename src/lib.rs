@@ -9,8 +9,10 @@
 //! [`source`] (finding inputs) → [`decode`] (header, stored values, LUTs) → [`render`] (the
 //! chain as data) → [`backend`] (executing it: CPU reference or CUDA) → [`output`] (encoding,
 //! naming, atomic writes), driven by [`pipeline`] (stages, channels, sizing) over the slots of
-//! [`memory`]; [`observe`] (statistics and trace) records what happened. Imports only run down
-//! that list: nothing in a module imports from one that depends on it.
+//! [`memory`]; [`observe`] (statistics and trace) records what happened. The imports between
+//! these folders form no cycle: [`decode`] needs only [`memory`]; [`render`] and [`output`] build
+//! on [`decode`]; [`source`] on [`decode`]; [`backend`] and [`pipeline`] on all of those; and
+//! [`synth`], which writes phantom series, on [`render`] and [`output`].
 
 pub mod backend;
 pub mod decode;
@@ -23,6 +25,9 @@ pub mod paths;
 pub mod pipeline;
 pub mod render;
 pub mod source;
+/// A deterministic phantom series (the `synth` command, tests and benchmarks): it uses the
+/// render and output components, so it sits beside them, not inside `source`.
+pub mod synth;
 
 /// A fresh, empty scratch folder for a unit test, unique to this process and `name`.
 #[cfg(test)]

@@ -445,7 +445,7 @@ mod tests {
         ];
         for (bits_stored, high_bit, signed) in formats {
             for cols in [1u32, 7, 64] {
-                let mut plan = crate::source::synth::phantom_plan(cols);
+                let mut plan = crate::synth::phantom_plan(cols);
                 let Chain::Gray(g) = &mut plan.chain else {
                     unreachable!("the phantom is grayscale")
                 };

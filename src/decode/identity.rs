@@ -76,12 +76,12 @@ mod tests {
     #[test]
     fn reads_the_uids_of_a_synth_slice_and_refuses_others() {
         let dir = crate::scratch_dir("identity");
-        let opts = crate::source::synth::SynthOptions {
+        let opts = crate::synth::SynthOptions {
             size: 16,
             slices: 2,
             ..Default::default()
         };
-        let files = crate::source::synth::write_series(&dir, &opts).unwrap();
+        let files = crate::synth::write_series(&dir, &opts).unwrap();
         let a = read_uids(&files[0], &Probe::FileMeta).unwrap();
         let b = read_uids(&files[1], &Probe::FileMeta).unwrap();
         assert!(

@@ -539,12 +539,12 @@ mod tests {
     fn pause_holds_loading_in_every_layout_and_resume_finishes_the_run() {
         let dir = crate::scratch_dir("pause");
         let input = dir.join("in");
-        let opts = crate::source::synth::SynthOptions {
+        let opts = crate::synth::SynthOptions {
             size: 64,
             slices: 24,
             ..Default::default()
         };
-        crate::source::synth::write_series(&input, &opts).unwrap();
+        crate::synth::write_series(&input, &opts).unwrap();
         for layout in [Layout::Shared, Layout::Stages] {
             let job = Job {
                 pipeline: PipelineOptions {
@@ -752,12 +752,12 @@ mod tests {
         use crate::output::options::{OutputFormat, OutputOptions};
         let dir = crate::scratch_dir("gpu-encoded");
         let input = dir.join("in");
-        let opts = crate::source::synth::SynthOptions {
+        let opts = crate::synth::SynthOptions {
             size: 96,
             slices: 9,
             ..Default::default()
         };
-        crate::source::synth::write_series(&input, &opts).unwrap();
+        crate::synth::write_series(&input, &opts).unwrap();
         let run_with = |backend: Arc<dyn Backend>, format: OutputFormat, out: &str| {
             let job = Job {
                 pipeline: PipelineOptions {

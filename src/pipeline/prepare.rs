@@ -244,13 +244,13 @@ mod tests {
     fn slot_hint_sizes_slots_for_the_first_dicom_file() {
         let dir = crate::scratch_dir("slot-hint");
         std::fs::write(dir.join("0-notes.txt"), b"not DICOM").unwrap();
-        let opts = crate::source::synth::SynthOptions {
+        let opts = crate::synth::SynthOptions {
             size: 96,
             slices: 2,
             rgb: true,
             ..Default::default()
         };
-        crate::source::synth::write_series(&dir.join("series"), &opts).unwrap();
+        crate::synth::write_series(&dir.join("series"), &opts).unwrap();
         let job = Job {
             pipeline: PipelineOptions {
                 loaders: 1,

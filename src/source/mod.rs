@@ -8,7 +8,6 @@ pub mod manifest;
 pub mod select;
 pub mod series;
 pub mod shard;
-pub mod synth;
 mod walk;
 pub mod watch;
 

@@ -286,15 +286,15 @@ mod tests {
         // Three series of a few slices, a text file, and the same series again in another
         // folder (so by series, both folders' copies go together).
         for (i, seed) in [(0, 1u64), (1, 2), (2, 3)] {
-            let opts = crate::source::synth::SynthOptions {
+            let opts = crate::synth::SynthOptions {
                 size: 8,
                 slices: 3 + i,
                 seed,
                 ..Default::default()
             };
-            crate::source::synth::write_series(&tree.join(format!("s{i}")), &opts).unwrap();
+            crate::synth::write_series(&tree.join(format!("s{i}")), &opts).unwrap();
             if i == 0 {
-                crate::source::synth::write_series(&tree.join("copy/s0"), &opts).unwrap();
+                crate::synth::write_series(&tree.join("copy/s0"), &opts).unwrap();
             }
         }
         std::fs::write(tree.join("notes.txt"), "not DICOM").unwrap();

@@ -8,7 +8,7 @@ use std::time::Instant;
 use dicomflow::backend::cpu::CpuRenderer;
 use dicomflow::output::encode::{EncodeOptions, ImageEncoder};
 use dicomflow::output::options::{OutputFormat, PngCompression, PngFilter};
-use dicomflow::source::synth::{phantom_plan, phantom_stored};
+use dicomflow::synth::{phantom_plan, phantom_stored};
 
 /// Renders one phantom slice of `size`² (what `run` would write).
 pub fn phantom_slice(size: u32) -> Result<Vec<u8>, String> {

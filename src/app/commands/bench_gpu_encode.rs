@@ -23,7 +23,7 @@ use dicomflow::output::encode::{EncodeOptions, ImageEncoder};
 use dicomflow::output::options::{OutputFormat, PngCompression, PngFilter};
 use dicomflow::output::png::{filter_rows, png_from_zlib};
 use dicomflow::output::zlib;
-use dicomflow::source::synth::{phantom_plan, slice_pixels, SynthOptions};
+use dicomflow::synth::{phantom_plan, slice_pixels, SynthOptions};
 
 /// What to measure.
 #[derive(Debug, Clone)]

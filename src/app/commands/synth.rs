@@ -1,5 +1,5 @@
 //! `dicomflow synth`: write a deterministic phantom series (the library's
-//! [`dicomflow::source::synth`]).
+//! [`dicomflow::synth`]).
 
 use dicomflow::error::FatalError;
 
@@ -8,7 +8,7 @@ use crate::app::cli::SynthArgs;
 /// Writes the series `args` describe.
 pub fn execute(a: &SynthArgs, quiet: bool) -> Result<i32, FatalError> {
     let windows = parse_windows(&a.windows)?;
-    let opts = dicomflow::source::synth::SynthOptions {
+    let opts = dicomflow::synth::SynthOptions {
         size: a.size,
         slices: a.slices,
         signed: a.signed,
@@ -22,8 +22,7 @@ pub fn execute(a: &SynthArgs, quiet: bool) -> Result<i32, FatalError> {
         seed: a.seed,
         threads: 0,
     };
-    let written =
-        dicomflow::source::synth::write_series(&a.out_dir, &opts).map_err(FatalError::Other)?;
+    let written = dicomflow::synth::write_series(&a.out_dir, &opts).map_err(FatalError::Other)?;
     if !quiet {
         crate::app::print::errln(&format!(
             "dicomflow: wrote {} file(s) to {}",

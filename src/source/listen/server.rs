@@ -268,12 +268,12 @@ mod tests {
     fn echo_store_and_a_spooled_copy_of_the_data_set() {
         let dir = crate::scratch_dir("listen-store");
         let series = dir.join("in");
-        let opts = crate::source::synth::SynthOptions {
+        let opts = crate::synth::SynthOptions {
             size: 32,
             slices: 3,
             ..Default::default()
         };
-        let files = crate::source::synth::write_series(&series, &opts).unwrap();
+        let files = crate::synth::write_series(&series, &opts).unwrap();
         let (listener, rx) = start(&dir, ListenOptions::default());
         let scu_opts = ScuOptions {
             addr: listener.local_addr().to_string(),
