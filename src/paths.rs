@@ -15,30 +15,45 @@ pub struct Escaped<'a>(pub &'a Path);
 
 impl fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for chunk in self.0.as_os_str().as_bytes().utf8_chunks() {
-            for c in chunk.valid().chars() {
-                if c == '\\' {
-                    f.write_str("\\\\")?;
-                } else {
-                    f.write_char(c)?;
-                }
-            }
-            for b in chunk.invalid() {
-                write!(f, "\\x{b:02x}")?;
-            }
-        }
-        Ok(())
+        escape_bytes_into(self.0.as_os_str().as_bytes(), false, f)
     }
 }
 
-/// The path as text (see the module documentation).
-pub fn escape(path: &Path) -> String {
-    Escaped(path).to_string()
+/// Writes `bytes` with this module's scheme; with `lines`, tab, line feed and carriage return
+/// are escaped too (`\t`, `\n`, `\r`), so that the text fits one field of a tab-separated line
+/// (the manifests of `source::manifest`).
+pub fn escape_bytes_into(bytes: &[u8], lines: bool, out: &mut impl Write) -> fmt::Result {
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.write_str("\\\\")?,
+                '\t' if lines => out.write_str("\\t")?,
+                '\n' if lines => out.write_str("\\n")?,
+                '\r' if lines => out.write_str("\\r")?,
+                c => out.write_char(c)?,
+            }
+        }
+        for b in chunk.invalid() {
+            write!(out, "\\x{b:02x}")?;
+        }
+    }
+    Ok(())
 }
 
-/// The exact path behind text made by [`escape`]; `None` when the text is not such text (a
-/// lone backslash, or `\x` not followed by two hex digits).
-pub fn unescape(text: &str) -> Option<PathBuf> {
+/// Why text is not the output of [`escape_bytes_into`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UnescapeError {
+    #[error("a \\x escape needs two hex digits")]
+    ShortHex,
+    #[error("bad escape \\x{0}")]
+    BadHex(String),
+    #[error("bad escape in `{0}`")]
+    Unknown(String),
+}
+
+/// The exact bytes behind text made by [`escape_bytes_into`] with the same `lines`.
+pub fn unescape_bytes(text: &str, lines: bool) -> Result<Vec<u8>, UnescapeError> {
     let mut out = Vec::with_capacity(text.len());
     let b = text.as_bytes();
     let mut i = 0;
@@ -49,19 +64,37 @@ pub fn unescape(text: &str) -> Option<PathBuf> {
             continue;
         }
         match b.get(i + 1) {
-            Some(b'\\') => {
-                out.push(b'\\');
+            Some(b'\\') => out.push(b'\\'),
+            Some(b't') if lines => out.push(b'\t'),
+            Some(b'n') if lines => out.push(b'\n'),
+            Some(b'r') if lines => out.push(b'\r'),
+            Some(b'x') => {
+                let hex = text.get(i + 2..i + 4).ok_or(UnescapeError::ShortHex)?;
+                let byte = u8::from_str_radix(hex, 16)
+                    .ok()
+                    // `from_str_radix` takes a sign: "+f" is not two hex digits.
+                    .filter(|_| hex.bytes().all(|c| c.is_ascii_hexdigit()))
+                    .ok_or_else(|| UnescapeError::BadHex(hex.to_string()))?;
+                out.push(byte);
                 i += 2;
             }
-            Some(b'x') => {
-                let hex = text.get(i + 2..i + 4)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 4;
-            }
-            _ => return None,
+            _ => return Err(UnescapeError::Unknown(text.to_string())),
         }
+        i += 2;
     }
-    Some(PathBuf::from(OsString::from_vec(out)))
+    Ok(out)
+}
+
+/// The path as text (see the module documentation).
+pub fn escape(path: &Path) -> String {
+    Escaped(path).to_string()
+}
+
+/// The exact path behind text made by [`escape`]; `None` when the text is not such text (a
+/// lone backslash, or `\x` not followed by two hex digits).
+pub fn unescape(text: &str) -> Option<PathBuf> {
+    let bytes = unescape_bytes(text, false).ok()?;
+    Some(PathBuf::from(OsString::from_vec(bytes)))
 }
 
 /// `#[serde(serialize_with = "crate::paths::serialize")]` for a path field.

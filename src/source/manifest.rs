@@ -94,20 +94,8 @@ pub struct Record {
 // ---- escaping ----
 
 fn escape_into(bytes: &[u8], out: &mut String) {
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\\' => out.push_str("\\\\"),
-                '\t' => out.push_str("\\t"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                c => out.push(c),
-            }
-        }
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
+    // Writing into a String cannot fail.
+    let _ = crate::paths::escape_bytes_into(bytes, true, out);
 }
 
 fn escape(bytes: &[u8]) -> String {
@@ -117,35 +105,7 @@ fn escape(bytes: &[u8]) -> String {
 }
 
 fn unescape(field: &str) -> Result<Vec<u8>, String> {
-    if !field.contains('\\') {
-        return Ok(field.as_bytes().to_vec());
-    }
-    let mut out = Vec::with_capacity(field.len());
-    let b = field.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] != b'\\' {
-            out.push(b[i]);
-            i += 1;
-            continue;
-        }
-        match b.get(i + 1) {
-            Some(b'\\') => out.push(b'\\'),
-            Some(b't') => out.push(b'\t'),
-            Some(b'n') => out.push(b'\n'),
-            Some(b'r') => out.push(b'\r'),
-            Some(b'x') => {
-                let hex = field
-                    .get(i + 2..i + 4)
-                    .ok_or("a \\x escape needs two hex digits")?;
-                out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape \\x{hex}"))?);
-                i += 2;
-            }
-            _ => return Err(format!("bad escape in `{field}`")),
-        }
-        i += 2;
-    }
-    Ok(out)
+    crate::paths::unescape_bytes(field, true).map_err(|e| e.to_string())
 }
 
 fn escape_path(p: &Path) -> String {
