@@ -17,7 +17,7 @@ use libfuzzer_sys::fuzz_target;
 
 use dicomflow::backend::cpu::CpuRenderer;
 use dicomflow::decode::{probe, DecodeLimits, ImageFile, Probe};
-use dicomflow::render::spec::WindowSpec;
+use dicomflow::render::spec::{WindowSpec, Windows};
 use dicomflow::render::{plan_frame, RenderOptions};
 
 const SCRATCH_PREFIX: &str = "dicomflow-fuzz-";
@@ -87,10 +87,16 @@ fuzz_target!(|data: &[u8]| {
         2 => WindowSpec::Histogram { percent: 5.0 },
         _ => WindowSpec::None,
     };
+    // Every other length renders window channels (three windows into one colour image).
+    let windows = if data.len() % 8 < 4 {
+        Windows::one(window)
+    } else {
+        let three = vec![window, WindowSpec::MinMax, WindowSpec::Histogram { percent: 1.0 }];
+        Windows::new(three).unwrap_or_else(|_| Windows::one(WindowSpec::MinMax))
+    };
     let opts = RenderOptions {
-        window,
-        voi_function: None,
-        overlays: true,
+        window: windows,
+        ..RenderOptions::default()
     };
     let mut input = vec![0u8; info.frame_bytes() as usize];
     let mut scratch = Vec::new();
