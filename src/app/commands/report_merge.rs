@@ -71,6 +71,22 @@ struct StatisticsDoc {
     latency: StageDoc,
     bytes_in: u64,
     bytes_out: u64,
+    // Absent from reports of the CPU backend's builds before the GPU codecs: zero.
+    #[serde(default)]
+    gpu_encoded_frames: u64,
+    #[serde(default)]
+    gpu_encoded_bytes: u64,
+    #[serde(default)]
+    gpu: Option<GpuDoc>,
+}
+
+/// The GPU codec counts of a report (`statistics.gpu`, null on the CPU backend).
+#[derive(serde::Deserialize, Default)]
+struct GpuDoc {
+    #[serde(default)]
+    frames_gpu_decoded: u64,
+    #[serde(default)]
+    frames_decode_fallback: u64,
 }
 
 #[derive(serde::Deserialize)]
@@ -200,6 +216,11 @@ struct MergedStatistics {
     frames_per_s: f64,
     bytes_in: u64,
     bytes_out: u64,
+    /// Sums over the shards of the GPU codec counts (zero where every shard ran on the CPU).
+    gpu_encoded_frames: u64,
+    gpu_encoded_bytes: u64,
+    frames_gpu_decoded: u64,
+    frames_decode_fallback: u64,
     /// As in a report, from the added histograms; throughput is per second of wall time and
     /// busy_fraction is busy_s over the shards' thread time.
     stages: Vec<StageSnapshot>,
@@ -447,6 +468,7 @@ fn merge(paths: &[PathBuf], expected: Option<u32>) -> Result<Merged, FatalError>
     let mut latency = StageSum::new("latency");
     let (mut start, mut end) = (f64::INFINITY, f64::NEG_INFINITY);
     let (mut elapsed_max, mut elapsed_sum, mut bytes_in, mut bytes_out) = (0f64, 0f64, 0u64, 0u64);
+    let mut gpu = GpuSums::default();
     let mut entries = Vec::new();
     let (mut unfinished, mut failed) = (Vec::new(), Vec::new());
     for (&index, (path, r)) in &mut by_index {
@@ -471,6 +493,7 @@ fn merge(paths: &[PathBuf], expected: Option<u32>) -> Result<Merged, FatalError>
         elapsed_sum += elapsed;
         bytes_in += r.statistics.bytes_in;
         bytes_out += r.statistics.bytes_out;
+        gpu.add(&r.statistics);
         let cancelled = r.result.cancelled || t.files_cancelled > 0;
         if cancelled {
             unfinished.push(index);
@@ -522,10 +545,34 @@ fn merge(paths: &[PathBuf], expected: Option<u32>) -> Result<Merged, FatalError>
             frames_per_s: totals.frames_written as f64 / wall.max(1e-9),
             bytes_in,
             bytes_out,
+            gpu_encoded_frames: gpu.encoded_frames,
+            gpu_encoded_bytes: gpu.encoded_bytes,
+            frames_gpu_decoded: gpu.decoded,
+            frames_decode_fallback: gpu.fallback,
             stages: stages.iter().map(|s| s.snapshot(wall)).collect(),
             latency: latency.snapshot(wall),
         },
     })
+}
+
+/// The GPU codec counts added over the shards.
+#[derive(Default)]
+struct GpuSums {
+    encoded_frames: u64,
+    encoded_bytes: u64,
+    decoded: u64,
+    fallback: u64,
+}
+
+impl GpuSums {
+    fn add(&mut self, st: &StatisticsDoc) {
+        self.encoded_frames += st.gpu_encoded_frames;
+        self.encoded_bytes += st.gpu_encoded_bytes;
+        if let Some(g) = &st.gpu {
+            self.decoded += g.frames_gpu_decoded;
+            self.fallback += g.frames_decode_fallback;
+        }
+    }
 }
 
 /// What the merge says on stderr: the shards' state, the totals, the stages, the failures.
@@ -573,6 +620,17 @@ fn summary(m: &Merged) -> String {
         st.wall_s,
         st.frames_per_s
     );
+    if st.frames_gpu_decoded + st.frames_decode_fallback + st.gpu_encoded_frames > 0 {
+        let _ = writeln!(
+            s,
+            "  GPU codecs: {} frame(s) decoded on a GPU ({} taken over by the CPU decoder), {} \
+             compressed on a GPU ({:.1} MB)",
+            st.frames_gpu_decoded,
+            st.frames_decode_fallback,
+            st.gpu_encoded_frames,
+            st.gpu_encoded_bytes as f64 / 1e6
+        );
+    }
     let _ = writeln!(
         s,
         "  {:<13} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}",
@@ -710,7 +768,11 @@ mod tests {
                     "files_cancelled": 0, "frames_written": encode_us.len(),
                     "frames_existing": 0, "frames_failed": 0, "output_bytes": 1000}},
             "statistics": {"elapsed": 10.0, "stages": stages, "latency": stage("latency", encode_us),
-                           "bytes_in": 10, "bytes_out": 20}
+                           "bytes_in": 10, "bytes_out": 20,
+                           "gpu_encoded_frames": 3 * index, "gpu_encoded_bytes": 1000 * index,
+                           "gpu": if index == 0 { Value::Null } else {
+                               json!({"frames_gpu_decoded": 5 * index, "frames_decode_fallback": index})
+                           }}
         })
     }
 
@@ -754,7 +816,19 @@ mod tests {
             enc.busy_fraction
         );
         assert!((m.statistics.wall_s - 11.0).abs() < 1e-9);
+        // GPU codec counts add up (shard 0 ran on the CPU: no gpu section).
+        let st = &m.statistics;
+        assert_eq!(
+            (st.gpu_encoded_frames, st.gpu_encoded_bytes),
+            (3, 1000),
+            "encoded"
+        );
+        assert_eq!((st.frames_gpu_decoded, st.frames_decode_fallback), (5, 1));
         let text = summary(&m);
+        assert!(
+            text.contains("GPU codecs: 5 frame(s) decoded on a GPU (1 taken over"),
+            "{text}"
+        );
         assert!(text.contains("missing: shard 2"), "{text}");
         assert!(text.contains("bad-1.dcm: decode: cut"), "{text}");
 
