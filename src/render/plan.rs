@@ -23,20 +23,22 @@ pub struct StoredFormat {
 
 impl StoredFormat {
     /// Extracts the stored value from a raw container value: shift so that `high_bit` becomes
-    /// bit `bits_stored - 1`, mask to `bits_stored` bits, sign-extend when signed.
+    /// bit `bits_stored - 1`, mask to `bits_stored` bits, sign-extend when signed. `i64`
+    /// because unsigned 32-bit values (up to 2^32 - 1) do not fit an `i32`.
     #[inline]
-    pub fn value(&self, raw: u32) -> i32 {
+    pub fn value(&self, raw: u32) -> i64 {
         let shift = self.high_bit + 1 - self.bits_stored;
         let bits = self.bits_stored as u32;
         let v = if bits >= 32 {
             raw >> shift
         } else {
             (raw >> shift) & ((1u32 << bits) - 1)
-        };
-        if self.signed && bits < 32 && (v >> (bits - 1)) & 1 == 1 {
-            (v | !((1u32 << bits) - 1)) as i32
+        } as i64;
+        if self.signed && (v >> (bits - 1)) & 1 == 1 {
+            // Sign-extend: the top stored bit is the sign.
+            v - (1i64 << bits)
         } else {
-            v as i32
+            v
         }
     }
 
@@ -522,6 +524,21 @@ mod tests {
         assert_eq!(f.value(0x000f), 0);
         let s = fmt(16, 12, 15, true);
         assert_eq!(s.value(0x8000), -2048);
+    }
+
+    #[test]
+    fn stored_value_keeps_32_bit_values_exact() {
+        // Regression: unsigned values >= 2^31 came back negative from an `i32`.
+        let u = fmt(32, 32, 31, false);
+        assert_eq!(u.value(u32::MAX), 4_294_967_295);
+        assert_eq!(u.value(0x8000_0000), 2_147_483_648);
+        let s = fmt(32, 32, 31, true);
+        assert_eq!(s.value(u32::MAX), -1);
+        assert_eq!(s.value(0x8000_0000), -2_147_483_648);
+        assert_eq!(s.value(0x7fff_ffff), 2_147_483_647);
+        // 24 of 32 bits, shifted.
+        assert_eq!(fmt(32, 24, 31, false).value(0xffff_ff00), 0xff_ffff);
+        assert_eq!(fmt(32, 24, 31, true).value(0xffff_ff00), -1);
     }
 
     #[test]
