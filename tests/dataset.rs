@@ -97,7 +97,14 @@ fn write_ct(path: &Path, w: u16, h: u16) {
         }
     }
     let rescale = Some(("-1024", "1"));
-    write_gray(path, (w, h), 16, 12, rescale, PrimitiveValue::U16(px.into()));
+    write_gray(
+        path,
+        (w, h),
+        16,
+        12,
+        rescale,
+        PrimitiveValue::U16(px.into()),
+    );
 }
 
 /// Writes a MONOCHROME2 CT image of `size` (columns, rows), unsigned, `bits_stored` of
@@ -138,7 +145,12 @@ fn write_gray(
     );
     put(&mut obj, tags::ROWS, VR::US, h.into());
     put(&mut obj, tags::COLUMNS, VR::US, w.into());
-    put(&mut obj, tags::BITS_ALLOCATED, VR::US, bits_allocated.into());
+    put(
+        &mut obj,
+        tags::BITS_ALLOCATED,
+        VR::US,
+        bits_allocated.into(),
+    );
     put(&mut obj, tags::BITS_STORED, VR::US, bits_stored.into());
     put(&mut obj, tags::HIGH_BIT, VR::US, (bits_stored - 1).into());
     put(&mut obj, tags::PIXEL_REPRESENTATION, VR::US, 0u16.into());
@@ -195,7 +207,9 @@ fn unsigned_32_bit_gray_near_2_pow_32_renders_bright() {
     // Min-max: center (min + max + 1) / 2, width max - min + 1.
     let (lo, hi) = (raw[0] as f64, *raw.last().unwrap() as f64);
     let (mc, mw) = ((lo + hi + 1.0) / 2.0, hi - lo + 1.0);
-    let cases: [(&str, &[&str], &[&str], f64, f64); 2] = [
+    // (name, our arguments, dcm2pnm's, the window expected).
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], f64, f64);
+    let cases: [Case; 2] = [
         (
             "window",
             &["--window", "3221225472,2147483648"],

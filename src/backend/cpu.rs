@@ -551,9 +551,16 @@ mod tests {
         let applied = cpu.render_bytes(&plan, &input, &mut out).unwrap();
         let mm = applied.expect("min-max derives a window");
         assert_eq!((mm.center, mm.width), (2_147_483_648.0, 4_294_967_296.0));
-        let want: Vec<u8> = raw.iter().map(|&x| linear(mm.center, mm.width, x)).collect();
+        let want: Vec<u8> = raw
+            .iter()
+            .map(|&x| linear(mm.center, mm.width, x))
+            .collect();
         assert_eq!(out, want);
         assert_eq!((out[0], out[raw.len() - 1]), (0, 255));
-        assert!(out[4] >= 127 && out[4] <= 128, "2^31 is mid-gray: {}", out[4]);
+        assert!(
+            out[4] >= 127 && out[4] <= 128,
+            "2^31 is mid-gray: {}",
+            out[4]
+        );
     }
 }

@@ -12,6 +12,8 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use dicom_dictionary_std::uids;
+
 use super::info::{ImageInfo, Photometric};
 
 /// The GPU codec family a transfer syntax's frames are coded with.
@@ -29,13 +31,13 @@ impl GpuCodec {
     /// The codec family of transfer syntax `ts`, if a GPU codec exists for it.
     pub fn of(ts: &str) -> Option<GpuCodec> {
         Some(match ts {
-            "1.2.840.10008.1.2.4.90"
-            | "1.2.840.10008.1.2.4.91"
-            | "1.2.840.10008.1.2.4.201"
-            | "1.2.840.10008.1.2.4.202"
-            | "1.2.840.10008.1.2.4.203" => GpuCodec::Jpeg2000,
-            "1.2.840.10008.1.2.4.57" | "1.2.840.10008.1.2.4.70" => GpuCodec::JpegLossless,
-            "1.2.840.10008.1.2.4.50" | "1.2.840.10008.1.2.4.51" => GpuCodec::JpegDct,
+            uids::JPEG2000_LOSSLESS
+            | uids::JPEG2000
+            | uids::HTJ2K_LOSSLESS
+            | uids::HTJ2K_LOSSLESS_RPCL
+            | uids::HTJ2K => GpuCodec::Jpeg2000,
+            uids::JPEG_LOSSLESS | uids::JPEG_LOSSLESS_SV1 => GpuCodec::JpegLossless,
+            uids::JPEG_BASELINE8_BIT | uids::JPEG_EXTENDED12_BIT => GpuCodec::JpegDct,
             _ => return None,
         })
     }

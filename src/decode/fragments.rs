@@ -6,7 +6,7 @@
 /// How a fragment that starts a frame is told, for transfer syntax `ts`: an RLE header for
 /// RLE Lossless, a JPEG start-of-image marker otherwise.
 pub fn frame_start_test(ts: &str) -> fn(&[u8]) -> bool {
-    if ts == "1.2.840.10008.1.2.5" {
+    if ts == dicom_dictionary_std::uids::RLE_LOSSLESS {
         super::rle::looks_like_header
     } else {
         starts_jpeg

@@ -19,6 +19,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use dicom_dictionary_std::uids;
 use dicom_encoding::transfer_syntax::DataRWAdapter;
 
 use super::patch::Patch;
@@ -29,8 +30,6 @@ use super::probe::Probe;
 pub const MAX_SEQUENCE_DEPTH: usize = 64;
 
 const UNDEFINED: u32 = 0xffff_ffff;
-const IMPLICIT_VR_LE: &str = "1.2.840.10008.1.2";
-const EXPLICIT_VR_BE: &str = "1.2.840.10008.1.2.2";
 
 /// Where the checked bytes come from.
 enum Bytes {
@@ -316,8 +315,8 @@ fn check_file(
         return check_deflated(path, src.pos, adapter, max_pixel_bytes, walk);
     }
     let (explicit, be) = match ts {
-        IMPLICIT_VR_LE => (false, false),
-        EXPLICIT_VR_BE => (true, true),
+        uids::IMPLICIT_VR_LITTLE_ENDIAN => (false, false),
+        super::EXPLICIT_VR_BIG_ENDIAN => (true, true),
         _ => (true, false),
     };
     check_dataset(&mut src, explicit, be, None, walk)
@@ -1338,8 +1337,14 @@ mod tests {
 
     #[test]
     fn transfer_syntax_uids_are_trimmed_as_dicom_rs_trims_them() {
-        assert_eq!(trim_uid("1.2.840.10008.1.2\0\0\0\n\0"), IMPLICIT_VR_LE);
-        assert_eq!(trim_uid("1.2.840.10008.1.2 \t\r"), IMPLICIT_VR_LE);
+        assert_eq!(
+            trim_uid("1.2.840.10008.1.2\0\0\0\n\0"),
+            uids::IMPLICIT_VR_LITTLE_ENDIAN
+        );
+        assert_eq!(
+            trim_uid("1.2.840.10008.1.2 \t\r"),
+            uids::IMPLICIT_VR_LITTLE_ENDIAN
+        );
         assert_eq!(trim_uid("1.2.840.10008.1.2.1\0"), "1.2.840.10008.1.2.1");
     }
 

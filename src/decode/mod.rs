@@ -23,10 +23,12 @@ mod un;
 
 use std::path::{Path, PathBuf};
 
-/// Explicit VR Big Endian (retired, still found in archives).
-const EXPLICIT_VR_BIG_ENDIAN: &str = "1.2.840.10008.1.2.2";
-
 use dicom_dictionary_std::{tags, uids};
+
+/// Explicit VR Big Endian: retired (hence deprecated in the dictionary crate), still found in
+/// archives. The one allowance of the deprecation, shared by the decoders.
+#[allow(deprecated)]
+pub(crate) const EXPLICIT_VR_BIG_ENDIAN: &str = uids::EXPLICIT_VR_BIG_ENDIAN;
 use dicom_encoding::transfer_syntax::{Codec, TransferSyntaxIndex};
 use dicom_object::{DefaultDicomObject, DicomCollectorOptions, InMemDicomObject, OpenFileOptions};
 use dicom_transfer_syntax_registry::TransferSyntaxRegistry;
@@ -66,7 +68,7 @@ fn native_byte_order(ts: &str) -> Option<bool /* big endian */> {
 }
 
 fn is_deflate(ts: &str) -> bool {
-    ts == "1.2.840.10008.1.2.1.99"
+    ts == uids::DEFLATED_EXPLICIT_VR_LITTLE_ENDIAN
 }
 
 /// Checks a file that has just arrived (received over the network, or found complete in a
@@ -450,23 +452,16 @@ enum OwnCodec {
 impl OwnCodec {
     fn of(ts: &str) -> Option<OwnCodec> {
         match ts {
-            JPEG_BASELINE | JPEG_EXTENDED | JPEG_LOSSLESS | JPEG_LOSSLESS_SV1 => {
-                Some(OwnCodec::Jpeg)
-            }
-            JPEG_LS_LOSSLESS | JPEG_LS_NEAR_LOSSLESS => Some(OwnCodec::JpegLs),
-            RLE_LOSSLESS => Some(OwnCodec::Rle),
+            uids::JPEG_BASELINE8_BIT
+            | uids::JPEG_EXTENDED12_BIT
+            | uids::JPEG_LOSSLESS
+            | uids::JPEG_LOSSLESS_SV1 => Some(OwnCodec::Jpeg),
+            uids::JPEGLS_LOSSLESS | uids::JPEGLS_NEAR_LOSSLESS => Some(OwnCodec::JpegLs),
+            uids::RLE_LOSSLESS => Some(OwnCodec::Rle),
             _ => None,
         }
     }
 }
-
-const JPEG_BASELINE: &str = "1.2.840.10008.1.2.4.50";
-const JPEG_EXTENDED: &str = "1.2.840.10008.1.2.4.51";
-const JPEG_LOSSLESS: &str = "1.2.840.10008.1.2.4.57";
-const JPEG_LOSSLESS_SV1: &str = "1.2.840.10008.1.2.4.70";
-const RLE_LOSSLESS: &str = "1.2.840.10008.1.2.5";
-const JPEG_LS_LOSSLESS: &str = "1.2.840.10008.1.2.4.80";
-const JPEG_LS_NEAR_LOSSLESS: &str = "1.2.840.10008.1.2.4.81";
 
 /// Decodes frame `frame` of encapsulated pixel data with one of dicomflow's own codecs.
 /// `partial`: a JPEG frame whose data ends early is decoded as far as it goes (the returned
@@ -765,8 +760,17 @@ fn codec_output_layout(info: &mut ImageInfo) {
     info.planar_configuration = 0;
     info.subsampled_422 = false;
     let ts = info.transfer_syntax.as_str();
-    let jpeg_dct = matches!(ts, "1.2.840.10008.1.2.4.50" | "1.2.840.10008.1.2.4.51");
-    let j2k = ts.starts_with("1.2.840.10008.1.2.4.9") || ts.starts_with("1.2.840.10008.1.2.4.20");
+    let jpeg_dct = matches!(ts, uids::JPEG_BASELINE8_BIT | uids::JPEG_EXTENDED12_BIT);
+    let j2k = matches!(
+        ts,
+        uids::JPEG2000_LOSSLESS
+            | uids::JPEG2000
+            | uids::JPEG2000MC_LOSSLESS
+            | uids::JPEG2000MC
+            | uids::HTJ2K_LOSSLESS
+            | uids::HTJ2K_LOSSLESS_RPCL
+            | uids::HTJ2K
+    );
     info.photometric = match info.photometric {
         P::YbrIct | P::YbrRct => P::Rgb,
         P::YbrFull | P::YbrFull422 | P::YbrPartial422 if jpeg_dct => P::Rgb,
@@ -846,7 +850,7 @@ fn open_bare_full(path: &Path, ts: &str) -> Result<DefaultDicomObject, DecodeErr
         .transfer_syntax(ts)
         .media_storage_sop_class_uid(
             info::opt_str(&obj, tags::SOP_CLASS_UID)
-                .unwrap_or_else(|| "1.2.840.10008.5.1.4.1.1.7".into()),
+                .unwrap_or_else(|| uids::SECONDARY_CAPTURE_IMAGE_STORAGE.into()),
         )
         .media_storage_sop_instance_uid(
             info::opt_str(&obj, tags::SOP_INSTANCE_UID).unwrap_or_else(|| "1.2.3".into()),

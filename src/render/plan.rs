@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use dicom_dictionary_std::uids;
+
 use crate::decode::compressed::EncodedFrame;
 use crate::decode::info::{ImageInfo, Photometric};
 use crate::decode::lut::Lut;
@@ -396,11 +398,13 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
     })
 }
 
-/// SOP classes without a Modality transform (X-Ray Angiography and Radiofluoroscopy).
+/// SOP classes without a Modality transform (X-Ray Angiography and Radiofluoroscopy; the
+/// bi-plane class is retired, hence deprecated in the dictionary crate).
+#[allow(deprecated)]
 const NO_MODALITY_SOP_CLASSES: [&str; 3] = [
-    "1.2.840.10008.5.1.4.1.1.12.1",
-    "1.2.840.10008.5.1.4.1.1.12.2",
-    "1.2.840.10008.5.1.4.1.1.12.3",
+    uids::X_RAY_ANGIOGRAPHIC_IMAGE_STORAGE,
+    uids::X_RAY_RADIOFLUOROSCOPIC_IMAGE_STORAGE,
+    uids::X_RAY_ANGIOGRAPHIC_BI_PLANE_IMAGE_STORAGE,
 ];
 
 fn gray_plan(
