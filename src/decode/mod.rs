@@ -686,37 +686,27 @@ pub(crate) fn decode_codestream(
     decode_with_registry(&coding.transfer_syntax, object, 0, dst, scratch)
 }
 
-/// Width, height and component count from a JPEG or JPEG-LS frame header, scanning marker
+/// Width, height and component count from a JPEG or JPEG-LS frame header, walking marker
 /// segments from SOI.
 fn sof_dimensions(data: &[u8]) -> Option<(u32, u32, u32)> {
-    if data.get(0..2)? != [0xff, 0xd8] {
+    use jpeg::markers::{self, Walker};
+    if !markers::starts_with_soi(data, 0) {
         return None;
     }
-    let mut pos = 2;
+    let mut walker = Walker::new(data, 2);
     loop {
-        while *data.get(pos)? != 0xff {
-            pos += 1;
-        }
-        while *data.get(pos)? == 0xff {
-            pos += 1;
-        }
-        let marker = *data.get(pos)?;
-        pos += 1;
-        if matches!(marker, 0x01 | 0xd0..=0xd7) {
-            continue; // no length
-        }
-        let len = u16::from_be_bytes([*data.get(pos)?, *data.get(pos + 1)?]) as usize;
-        let is_sof = matches!(marker, 0xc0..=0xc3 | 0xc5..=0xc7 | 0xc9..=0xcb | 0xcd..=0xcf | 0xf7);
-        if is_sof {
-            let h = u16::from_be_bytes([*data.get(pos + 3)?, *data.get(pos + 4)?]) as u32;
-            let w = u16::from_be_bytes([*data.get(pos + 5)?, *data.get(pos + 6)?]) as u32;
-            let c = *data.get(pos + 7)? as u32;
+        let segment = walker.next_segment().ok()?;
+        if markers::is_frame_header(segment.marker) {
+            // P, Y, X, Nf.
+            let p = segment.payload(data)?;
+            let h = u16::from_be_bytes([*p.get(1)?, *p.get(2)?]) as u32;
+            let w = u16::from_be_bytes([*p.get(3)?, *p.get(4)?]) as u32;
+            let c = *p.get(5)? as u32;
             return Some((w, h, c));
         }
-        if marker == 0xda || len < 2 {
-            return None; // scan data before a frame header
+        if matches!(segment.marker, 0xda | 0xd9) {
+            return None; // scan data (or the end) before a frame header
         }
-        pos += len;
     }
 }
 
