@@ -1018,8 +1018,8 @@ impl Writer {
                         .fetch_add(gpu_bytes.min(len) as u64, Ordering::Relaxed);
                 }
             }
-            Ok(Err(reason)) => {
-                fail(Stage::Encode, reason);
+            Ok(Err(e)) => {
+                fail(Stage::Encode, e.to_string());
                 return;
             }
             Err(_) => {
