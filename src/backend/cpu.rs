@@ -13,6 +13,7 @@ use crate::backend::{
 use crate::memory::{HeapAllocator, HostAllocator, Slot};
 use crate::render::chain::{self, FrameStats, Resolved, ResolvedVoi};
 use crate::render::color;
+use crate::render::error::PlanError;
 use crate::render::ops::{self, OpTables, Operators};
 use crate::render::plan::{Chain, FramePlan, GrayPlan, Window};
 use crate::render::table::{self, IndexMap};
@@ -196,7 +197,7 @@ impl CpuRenderer {
         plan: &FramePlan,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<Window>, String> {
+    ) -> Result<Option<Window>, PlanError> {
         match &plan.chain {
             Chain::Gray(g) => self.render_gray(g, plan.pixels(), input, out),
             Chain::Channels(gs) => self.render_channels(gs, plan.pixels(), input, out),
@@ -249,7 +250,7 @@ impl CpuRenderer {
         pixels: usize,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<Window>, String> {
+    ) -> Result<Option<Window>, PlanError> {
         let bytes = g.stored.bytes();
         let Some(map) = IndexMap::of(&g.stored) else {
             return render_gray_direct(g, pixels, input, out);
@@ -274,9 +275,11 @@ impl CpuRenderer {
         pixels: usize,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<Window>, String> {
+    ) -> Result<Option<Window>, PlanError> {
         let Some(first) = gs.first() else {
-            return Err("internal: window channels without a window".into());
+            return Err(PlanError::Internal(
+                "window channels without a window".into(),
+            ));
         };
         let out = &mut out[..3 * pixels];
         let Some(map) = IndexMap::of(&first.stored) else {
@@ -311,7 +314,11 @@ impl CpuRenderer {
         for (g, r) in gs.iter().zip(&resolved) {
             match self.tables.iter().find(|(p, q, _)| p == g && q == r) {
                 Some(e) => tables.push(&e.2),
-                None => return Err("internal: a window channel's table was not kept".into()),
+                None => {
+                    return Err(PlanError::Internal(
+                        "a window channel's table was not kept".into(),
+                    ))
+                }
             }
         }
         let bytes = first.stored.bytes();
@@ -400,7 +407,7 @@ fn render_gray_direct(
     pixels: usize,
     input: &[u8],
     out: &mut [u8],
-) -> Result<Option<Window>, String> {
+) -> Result<Option<Window>, PlanError> {
     let stats = if chain::needs_statistics(g) {
         let mut values: Vec<i64> = Vec::with_capacity(pixels);
         for_each_raw(input, g.stored.bytes(), pixels, |raw| {

@@ -639,8 +639,8 @@ fn load_file(
         }
         let mut plan = match planned {
             Ok(p) => p,
-            Err(reason) => {
-                fail(Stage::Render, reason);
+            Err(e) => {
+                fail(Stage::Render, e.to_string());
                 continue;
             }
         };

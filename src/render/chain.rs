@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::decode::lut::Lut;
+use crate::render::error::PlanError;
 use crate::render::plan::{AutoWindow, GrayPlan, Modality, Voi, Window};
 use crate::render::spec::VoiFunction;
 
@@ -260,7 +261,7 @@ fn shift_possible(plan: &GrayPlan) -> bool {
 }
 
 /// Resolves the plan for one frame. `stats` is required when [`needs_statistics`] says so.
-pub fn resolve(plan: &GrayPlan, stats: Option<&FrameStats>) -> Result<Resolved, String> {
+pub fn resolve(plan: &GrayPlan, stats: Option<&FrameStats>) -> Result<Resolved, PlanError> {
     let (abs_min, abs_max) = absolute_range(plan);
     let (low, high) = if plan.invert {
         (255.0, 0.0)
@@ -272,7 +273,9 @@ pub fn resolve(plan: &GrayPlan, stats: Option<&FrameStats>) -> Result<Resolved, 
         Voi::Lut(l) => ResolvedVoi::Lut(l.clone(), abs_min < 0.0),
         Voi::None => ResolvedVoi::None,
         Voi::Auto(auto, function) => {
-            let st = stats.ok_or("internal: automatic window without frame statistics")?;
+            let st = stats.ok_or_else(|| {
+                PlanError::Internal("automatic window without frame statistics".into())
+            })?;
             match auto_window(plan, *auto, *function, st) {
                 Some(w) => ResolvedVoi::Window(w),
                 None => ResolvedVoi::None,

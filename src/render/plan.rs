@@ -10,6 +10,7 @@ use dicom_dictionary_std::uids;
 use crate::decode::compressed::EncodedFrame;
 use crate::decode::info::{ImageInfo, Photometric};
 use crate::decode::lut::Lut;
+use crate::render::error::PlanError;
 use crate::render::frames::FrameSelection;
 use crate::render::ops::{OperatorOptions, Operators};
 use crate::render::spec::{VoiFunction, WindowSpec, Windows};
@@ -325,7 +326,11 @@ fn file_function(attr: Option<&str>) -> VoiFunction {
 }
 
 /// Builds the plan for frame `frame` of an image.
-pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<FramePlan, String> {
+pub fn plan_frame(
+    info: &ImageInfo,
+    frame: u32,
+    opts: &RenderOptions,
+) -> Result<FramePlan, PlanError> {
     let stored = StoredFormat {
         bits_allocated: info.bits_allocated,
         bits_stored: info.bits_stored,
@@ -345,33 +350,36 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
         }
     } else {
         if windows.is_channels() {
-            return Err(format!(
-                "window channels ({} windows) need a grayscale image; this one is {}",
-                windows.specs().len(),
-                info.photometric.as_str()
-            ));
+            return Err(PlanError::ChannelsNeedGray {
+                windows: windows.specs().len(),
+                photometric: info.photometric.as_str(),
+            });
         }
         if info.bits_allocated == 32 {
-            return Err("32-bit colour images are not supported".into());
+            return Err(PlanError::Unsupported(
+                "32-bit colour images are not supported".into(),
+            ));
         }
         let model = match info.photometric {
             Photometric::Rgb => ColorModel::Rgb,
             Photometric::YbrFull => ColorModel::YbrFull,
             Photometric::YbrFull422 => ColorModel::YbrFull422,
             Photometric::YbrPartial422 => ColorModel::YbrPartial422,
-            Photometric::PaletteColor => ColorModel::Palette(
-                info.palette
-                    .clone()
-                    .ok_or("PALETTE COLOR without lookup tables")?,
-            ),
+            Photometric::PaletteColor => {
+                ColorModel::Palette(info.palette.clone().ok_or_else(|| {
+                    PlanError::Unsupported("PALETTE COLOR without lookup tables".into())
+                })?)
+            }
             Photometric::YbrIct | Photometric::YbrRct => {
-                return Err(format!(
+                return Err(PlanError::Unsupported(format!(
                     "{} outside JPEG 2000 pixel data is not supported",
                     info.photometric.as_str()
-                ))
+                )))
             }
             Photometric::Monochrome1 | Photometric::Monochrome2 => {
-                return Err("internal: grayscale image planned as colour".into())
+                return Err(PlanError::Internal(
+                    "grayscale image planned as colour".into(),
+                ))
             }
         };
         Chain::Color(ColorPlan {
@@ -392,7 +400,10 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
         rows: info.rows,
         cols: info.cols,
         chain,
-        ops: opts.ops.resolve(info.cols, info.rows)?,
+        ops: opts
+            .ops
+            .resolve(info.cols, info.rows)
+            .map_err(PlanError::Operators)?,
         encoded: None,
         overlay,
     })
@@ -413,7 +424,7 @@ fn gray_plan(
     stored: StoredFormat,
     opts: &RenderOptions,
     window: WindowSpec,
-) -> Result<GrayPlan, String> {
+) -> Result<GrayPlan, PlanError> {
     let attrs = info.frame_attrs(frame);
     let no_modality = info
         .sop_class
@@ -458,11 +469,9 @@ fn gray_plan(
             Some(v @ Voi::Window(_)) => v,
             _ => Voi::Auto(AutoWindow::MinMax, function),
         },
-        WindowSpec::File { index } => window_at(index).ok_or_else(|| {
-            format!(
-                "window {index} requested, the file has {} window(s)",
-                attrs.windows.len()
-            )
+        WindowSpec::File { index } => window_at(index).ok_or(PlanError::NoSuchWindow {
+            index,
+            count: attrs.windows.len(),
         })?,
         WindowSpec::Explicit { center, width } => Voi::Window(Window {
             center,
@@ -475,10 +484,10 @@ fn gray_plan(
         WindowSpec::VoiLut { index } => match info.voi_luts.get(index - 1) {
             Some(lut) => Voi::Lut(lut.clone()),
             None => {
-                return Err(format!(
-                    "VOI LUT {index} requested, the file has {}",
-                    info.voi_luts.len()
-                ))
+                return Err(PlanError::NoSuchVoiLut {
+                    index,
+                    count: info.voi_luts.len(),
+                })
             }
         },
         WindowSpec::None => Voi::None,
