@@ -122,8 +122,7 @@ impl ImageEncoder {
         pixels: &[u8],
         derived: &Derived,
     ) -> Result<&[u8], EncodeError> {
-        dicom::encode(&mut self.buf, width, height, channels, pixels, derived)
-            .map_err(EncodeError::Dicom)?;
+        dicom::encode(&mut self.buf, width, height, channels, pixels, derived)?;
         Ok(&self.buf)
     }
 

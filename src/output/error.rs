@@ -28,7 +28,15 @@ pub enum EncodeError {
     /// More image data than one PNG chunk holds.
     #[error("PNG: {0} bytes of image data in one chunk")]
     ChunkTooLarge(usize),
-    /// The DICOM Secondary Capture object could not be built or written.
-    #[error("{0}")]
+    /// A size DICOM cannot hold (Rows and Columns are 16-bit).
+    #[error(
+        "a {width}x{height} image cannot be written as DICOM (Rows and Columns are 1..=65535)"
+    )]
+    DicomSize { width: u32, height: u32 },
+    /// The file meta information could not be built.
+    #[error("DICOM file meta: {0}")]
+    DicomMeta(String),
+    /// The DICOM Secondary Capture object could not be written.
+    #[error("DICOM encoder: {0}")]
     Dicom(String),
 }
