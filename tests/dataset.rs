@@ -88,6 +88,35 @@ fn skip(test: &str, why: &str) {
 /// Writes a non-square 16-bit CT-like image (`w`×`h`, rescale -1024) with edges and ramps, so
 /// that resampling has something to do; synth series are square.
 fn write_ct(path: &Path, w: u16, h: u16) {
+    let mut px = Vec::with_capacity(w as usize * h as usize);
+    for y in 0..h as u32 {
+        for x in 0..w as u32 {
+            let ramp = (x * 37 + y * 91) % 400;
+            let check = if (x / 7 + y / 5) % 2 == 0 { 700 } else { 0 };
+            px.push((824 + ramp + check) as u16);
+        }
+    }
+    let rescale = Some(("-1024", "1"));
+    write_gray(
+        path,
+        (w, h),
+        16,
+        12,
+        rescale,
+        PrimitiveValue::U16(px.into()),
+    );
+}
+
+/// Writes a MONOCHROME2 CT image of `size` (columns, rows), unsigned, `bits_stored` of
+/// `bits_allocated` (high bit `bits_stored - 1`), with an optional (intercept, slope).
+fn write_gray(
+    path: &Path,
+    (w, h): (u16, u16),
+    bits_allocated: u16,
+    bits_stored: u16,
+    rescale: Option<(&str, &str)>,
+    pixels: PrimitiveValue,
+) {
     let mut obj = InMemDicomObject::new_empty();
     let put = |obj: &mut InMemDicomObject, tag, vr, v: PrimitiveValue| {
         obj.put(DataElement::new(tag, vr, v));
@@ -116,26 +145,20 @@ fn write_ct(path: &Path, w: u16, h: u16) {
     );
     put(&mut obj, tags::ROWS, VR::US, h.into());
     put(&mut obj, tags::COLUMNS, VR::US, w.into());
-    put(&mut obj, tags::BITS_ALLOCATED, VR::US, 16u16.into());
-    put(&mut obj, tags::BITS_STORED, VR::US, 12u16.into());
-    put(&mut obj, tags::HIGH_BIT, VR::US, 11u16.into());
-    put(&mut obj, tags::PIXEL_REPRESENTATION, VR::US, 0u16.into());
-    put(&mut obj, tags::RESCALE_INTERCEPT, VR::DS, "-1024".into());
-    put(&mut obj, tags::RESCALE_SLOPE, VR::DS, "1".into());
-    let mut px = Vec::with_capacity(w as usize * h as usize);
-    for y in 0..h as u32 {
-        for x in 0..w as u32 {
-            let ramp = (x * 37 + y * 91) % 400;
-            let check = if (x / 7 + y / 5) % 2 == 0 { 700 } else { 0 };
-            px.push((824 + ramp + check) as u16);
-        }
-    }
     put(
         &mut obj,
-        tags::PIXEL_DATA,
-        VR::OW,
-        PrimitiveValue::U16(px.into()),
+        tags::BITS_ALLOCATED,
+        VR::US,
+        bits_allocated.into(),
     );
+    put(&mut obj, tags::BITS_STORED, VR::US, bits_stored.into());
+    put(&mut obj, tags::HIGH_BIT, VR::US, (bits_stored - 1).into());
+    put(&mut obj, tags::PIXEL_REPRESENTATION, VR::US, 0u16.into());
+    if let Some((intercept, slope)) = rescale {
+        put(&mut obj, tags::RESCALE_INTERCEPT, VR::DS, intercept.into());
+        put(&mut obj, tags::RESCALE_SLOPE, VR::DS, slope.into());
+    }
+    put(&mut obj, tags::PIXEL_DATA, VR::OW, pixels);
     let meta = FileMetaTableBuilder::new()
         .transfer_syntax(uids::EXPLICIT_VR_LITTLE_ENDIAN)
         .media_storage_sop_class_uid(uids::CT_IMAGE_STORAGE)
@@ -144,6 +167,81 @@ fn write_ct(path: &Path, w: u16, h: u16) {
         .unwrap();
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     obj.with_exact_meta(meta).write_to_file(path).unwrap();
+}
+
+/// Regression: unsigned 32-bit stored values >= 2^31 went through an `i32` and came out
+/// negative, so the brightest pixels rendered black, silently. A frame with values near 0 and
+/// near 2^32 - 1, through a fixed window and min-max: against DCMTK's LINEAR formula, and
+/// against `dcm2pnm` itself when DCMTK is installed.
+#[test]
+fn unsigned_32_bit_gray_near_2_pow_32_renders_bright() {
+    let root = tempdir("ds-u32");
+    let input = root.join("u32.dcm");
+    let (w, h) = (16u16, 4u16);
+    // Row 0 ramps up from 0, rows 1-3 sit near 2^31 and up to 2^32 - 1.
+    let bases = [0u32, 0x7fff_fff8, 0xc000_0000, u32::MAX - 15];
+    let raw: Vec<u32> = bases
+        .iter()
+        .flat_map(|&b| (0..w as u32).map(move |x| b + x))
+        .collect();
+    write_gray(
+        &input,
+        (w, h),
+        32,
+        32,
+        None,
+        PrimitiveValue::U32(raw.clone().into()),
+    );
+    // DCMTK's LINEAR window (docs/dcmtk-render-notes.md §6.2) on the raw values.
+    let linear = |c: f64, width: f64, x: u32| -> u8 {
+        let x = x as f64;
+        if x <= c - 0.5 - (width - 1.0) / 2.0 {
+            0
+        } else if x > c - 0.5 + (width - 1.0) / 2.0 {
+            255
+        } else {
+            (((x - (c - 0.5)) / (width - 1.0) + 0.5) * 255.0).trunc() as u8
+        }
+    };
+    let (c, width) = (3_221_225_472.0, 2_147_483_648.0);
+    // Min-max: center (min + max + 1) / 2, width max - min + 1.
+    let (lo, hi) = (raw[0] as f64, *raw.last().unwrap() as f64);
+    let (mc, mw) = ((lo + hi + 1.0) / 2.0, hi - lo + 1.0);
+    // (name, our arguments, dcm2pnm's, the window expected).
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], f64, f64);
+    let cases: [Case; 2] = [
+        (
+            "window",
+            &["--window", "3221225472,2147483648"],
+            &["+Ww", "3221225472", "2147483648"],
+            c,
+            width,
+        ),
+        ("minmax", &["--window", "minmax"], &["+Wm"], mc, mw),
+    ];
+    for (name, ours_args, dcmtk_args, c, width) in cases {
+        let out = root.join(name);
+        render(&input, &out, ours_args);
+        let ours = png(&out.join("u32.png"));
+        assert_eq!((ours.w, ours.h, ours.ch), (w as usize, h as usize, 1));
+        let want: Vec<u8> = raw.iter().map(|&x| linear(c, width, x)).collect();
+        assert_eq!(ours.px, want, "{name}: against the formula");
+        assert_eq!(*ours.px.last().unwrap(), 255, "{name}: 2^32 - 1 is white");
+        match tool("dcm2pnm", &["--version"]) {
+            None => skip("dcm2pnm", "dcmtk not installed"),
+            Some(_) => {
+                let dcmtk = root.join(format!("{name}-dcmtk.png"));
+                let args = [&["--write-png"], dcmtk_args, &[s(&input), s(&dcmtk)]].concat();
+                let o = tool("dcm2pnm", &args).unwrap();
+                assert!(
+                    o.status.success(),
+                    "dcm2pnm: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                assert_eq!(png(&dcmtk), ours, "{name}: against dcm2pnm");
+            }
+        }
+    }
 }
 
 /// Rotation (clockwise) and flips by their definition, on an interleaved image.

@@ -13,6 +13,7 @@ use crate::backend::{
 use crate::memory::{HeapAllocator, HostAllocator, Slot};
 use crate::render::chain::{self, FrameStats, Resolved, ResolvedVoi};
 use crate::render::color;
+use crate::render::error::PlanError;
 use crate::render::ops::{self, OpTables, Operators};
 use crate::render::plan::{Chain, FramePlan, GrayPlan, Window};
 use crate::render::table::{self, IndexMap};
@@ -196,7 +197,7 @@ impl CpuRenderer {
         plan: &FramePlan,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<Window>, String> {
+    ) -> Result<Option<Window>, PlanError> {
         match &plan.chain {
             Chain::Gray(g) => self.render_gray(g, plan.pixels(), input, out),
             Chain::Channels(gs) => self.render_channels(gs, plan.pixels(), input, out),
@@ -249,7 +250,7 @@ impl CpuRenderer {
         pixels: usize,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<Window>, String> {
+    ) -> Result<Option<Window>, PlanError> {
         let bytes = g.stored.bytes();
         let Some(map) = IndexMap::of(&g.stored) else {
             return render_gray_direct(g, pixels, input, out);
@@ -274,9 +275,11 @@ impl CpuRenderer {
         pixels: usize,
         input: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<Window>, String> {
+    ) -> Result<Option<Window>, PlanError> {
         let Some(first) = gs.first() else {
-            return Err("internal: window channels without a window".into());
+            return Err(PlanError::Internal(
+                "window channels without a window".into(),
+            ));
         };
         let out = &mut out[..3 * pixels];
         let Some(map) = IndexMap::of(&first.stored) else {
@@ -311,7 +314,11 @@ impl CpuRenderer {
         for (g, r) in gs.iter().zip(&resolved) {
             match self.tables.iter().find(|(p, q, _)| p == g && q == r) {
                 Some(e) => tables.push(&e.2),
-                None => return Err("internal: a window channel's table was not kept".into()),
+                None => {
+                    return Err(PlanError::Internal(
+                        "a window channel's table was not kept".into(),
+                    ))
+                }
             }
         }
         let bytes = first.stored.bytes();
@@ -400,14 +407,14 @@ fn render_gray_direct(
     pixels: usize,
     input: &[u8],
     out: &mut [u8],
-) -> Result<Option<Window>, String> {
+) -> Result<Option<Window>, PlanError> {
     let stats = if chain::needs_statistics(g) {
-        let mut values: Vec<i32> = Vec::with_capacity(pixels);
+        let mut values: Vec<i64> = Vec::with_capacity(pixels);
         for_each_raw(input, g.stored.bytes(), pixels, |raw| {
             values.push(g.stored.value(raw))
         });
         values.sort_unstable();
-        let mut counts: Vec<(i32, u64)> = Vec::new();
+        let mut counts: Vec<(i64, u64)> = Vec::new();
         for v in values {
             match counts.last_mut() {
                 Some(last) if last.0 == v => last.1 += 1,
@@ -479,5 +486,88 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Regression: unsigned 32-bit stored values at or above 2^31 were carried as `i32` and
+    /// turned negative, so the brightest pixels rendered black. Values near both ends of the
+    /// range, through a fixed window and min-max, against DCMTK's LINEAR formula written out.
+    #[test]
+    fn unsigned_32_bit_values_above_2_pow_31_stay_bright() {
+        use crate::render::plan::{AutoWindow, Modality, Voi};
+        use crate::render::spec::VoiFunction;
+        let raw: Vec<u32> = vec![
+            0,
+            1,
+            7,
+            0x7fff_ffff,
+            0x8000_0000,
+            0x8000_0001,
+            u32::MAX - 7,
+            u32::MAX - 1,
+            u32::MAX,
+        ];
+        let input: Vec<u8> = raw.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let gray = |voi: Voi| FramePlan {
+            rows: 1,
+            cols: raw.len() as u32,
+            chain: Chain::Gray(GrayPlan {
+                stored: StoredFormat {
+                    bits_allocated: 32,
+                    bits_stored: 32,
+                    high_bit: 31,
+                    signed: false,
+                },
+                modality: Modality::Identity,
+                voi,
+                invert: false,
+                pixels: raw.len() as u64,
+            }),
+            ops: None,
+            encoded: None,
+            overlay: None,
+        };
+        // DCMTK's LINEAR window (docs/dcmtk-render-notes.md §6.2), from the raw value itself.
+        let linear = |c: f64, w: f64, x: u32| -> u8 {
+            let x = x as f64;
+            if x <= c - 0.5 - (w - 1.0) / 2.0 {
+                0
+            } else if x > c - 0.5 + (w - 1.0) / 2.0 {
+                255
+            } else {
+                (((x - (c - 0.5)) / (w - 1.0) + 0.5) * 255.0).trunc() as u8
+            }
+        };
+        let mut cpu = CpuRenderer::default();
+        let mut out = vec![0u8; raw.len()];
+
+        // A window over the upper half: everything below 2^31 black, the top white.
+        let (c, w) = (3_221_225_472.0, 2_147_483_648.0);
+        let plan = gray(Voi::Window(Window {
+            center: c,
+            width: w,
+            function: VoiFunction::Linear,
+        }));
+        cpu.render_bytes(&plan, &input, &mut out).unwrap();
+        let want: Vec<u8> = raw.iter().map(|&x| linear(c, w, x)).collect();
+        assert_eq!(out, want);
+        assert_eq!(out[raw.len() - 1], 255, "2^32 - 1 must be white");
+        assert_eq!(out[3], 0, "2^31 - 1 is below the window");
+
+        // Min-max: the window spans 0 ..= 2^32 - 1, so 0 is black and 2^32 - 1 white.
+        let plan = gray(Voi::Auto(AutoWindow::MinMax, VoiFunction::Linear));
+        let applied = cpu.render_bytes(&plan, &input, &mut out).unwrap();
+        let mm = applied.expect("min-max derives a window");
+        assert_eq!((mm.center, mm.width), (2_147_483_648.0, 4_294_967_296.0));
+        let want: Vec<u8> = raw
+            .iter()
+            .map(|&x| linear(mm.center, mm.width, x))
+            .collect();
+        assert_eq!(out, want);
+        assert_eq!((out[0], out[raw.len() - 1]), (0, 255));
+        assert!(
+            out[4] >= 127 && out[4] <= 128,
+            "2^31 is mid-gray: {}",
+            out[4]
+        );
     }
 }

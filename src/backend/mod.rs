@@ -104,8 +104,8 @@ pub struct RenderOutcome {
 pub enum RenderError {
     /// The plan cannot be evaluated for this frame's values (e.g. a window that does not
     /// resolve, a LUT that does not cover them).
-    #[error("{0}")]
-    Plan(String),
+    #[error(transparent)]
+    Plan(#[from] crate::render::error::PlanError),
     /// Slot memory could not be had.
     #[error(transparent)]
     Memory(#[from] AllocError),

@@ -12,6 +12,8 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use dicom_dictionary_std::uids;
+
 use super::info::{ImageInfo, Photometric};
 
 /// The GPU codec family a transfer syntax's frames are coded with.
@@ -29,13 +31,13 @@ impl GpuCodec {
     /// The codec family of transfer syntax `ts`, if a GPU codec exists for it.
     pub fn of(ts: &str) -> Option<GpuCodec> {
         Some(match ts {
-            "1.2.840.10008.1.2.4.90"
-            | "1.2.840.10008.1.2.4.91"
-            | "1.2.840.10008.1.2.4.201"
-            | "1.2.840.10008.1.2.4.202"
-            | "1.2.840.10008.1.2.4.203" => GpuCodec::Jpeg2000,
-            "1.2.840.10008.1.2.4.57" | "1.2.840.10008.1.2.4.70" => GpuCodec::JpegLossless,
-            "1.2.840.10008.1.2.4.50" | "1.2.840.10008.1.2.4.51" => GpuCodec::JpegDct,
+            uids::JPEG2000_LOSSLESS
+            | uids::JPEG2000
+            | uids::HTJ2K_LOSSLESS
+            | uids::HTJ2K_LOSSLESS_RPCL
+            | uids::HTJ2K => GpuCodec::Jpeg2000,
+            uids::JPEG_LOSSLESS | uids::JPEG_LOSSLESS_SV1 => GpuCodec::JpegLossless,
+            uids::JPEG_BASELINE8_BIT | uids::JPEG_EXTENDED12_BIT => GpuCodec::JpegDct,
             _ => return None,
         })
     }
@@ -221,41 +223,33 @@ struct JpegHeader {
 }
 
 fn jpeg_header(data: &[u8]) -> Result<JpegHeader, String> {
-    let be16 = |p: usize| -> Option<usize> {
-        Some(u16::from_be_bytes([*data.get(p)?, *data.get(p + 1)?]) as usize)
-    };
+    use crate::decode::jpeg::markers::{self, WalkError, Walker};
     let truncated = || "JPEG header truncated".to_string();
-    if data.get(0..2) != Some(&[0xff, 0xd8]) {
+    if !markers::starts_with_soi(data, 0) {
         return Err("no JPEG start-of-image marker".into());
     }
-    let mut pos = 2;
+    let mut walker = Walker::new(data, 2);
     let mut frame: Option<JpegHeader> = None;
     loop {
-        while *data.get(pos).ok_or_else(truncated)? != 0xff {
-            pos += 1;
+        let segment = walker.next_segment().map_err(|e| match e {
+            WalkError::Length { marker, len } => {
+                format!("JPEG marker 0x{marker:02x} has length {len}")
+            }
+            WalkError::Truncated | WalkError::Budget => truncated(),
+        })?;
+        if segment.marker == 0xd9 {
+            return Err("end of image before a scan".into());
         }
-        while *data.get(pos).ok_or_else(truncated)? == 0xff {
-            pos += 1;
-        }
-        let marker = *data.get(pos).ok_or_else(truncated)?;
-        pos += 1;
-        if matches!(marker, 0x01 | 0xd0..=0xd7) {
-            continue;
-        }
-        let len = be16(pos).ok_or_else(truncated)?;
-        if len < 2 {
-            return Err(format!("JPEG marker 0x{marker:02x} has length {len}"));
-        }
-        let seg = data.get(pos + 2..pos + len).ok_or_else(truncated)?;
-        match marker {
-            0xc0..=0xc3 | 0xc5..=0xc7 | 0xc9..=0xcb | 0xcd..=0xcf => {
+        let seg = segment.payload(data).ok_or_else(truncated)?;
+        match segment.marker {
+            m if markers::is_sof(m) => {
                 if seg.len() < 6 {
                     return Err(truncated());
                 }
                 let n = seg[5] as usize;
                 let comps = seg.get(6..6 + 3 * n).ok_or_else(truncated)?;
                 frame = Some(JpegHeader {
-                    sof: marker,
+                    sof: m,
                     precision: seg[0],
                     rows: u16::from_be_bytes([seg[1], seg[2]]) as u32,
                     cols: u16::from_be_bytes([seg[3], seg[4]]) as u32,
@@ -275,10 +269,8 @@ fn jpeg_header(data: &[u8]) -> Result<JpegHeader, String> {
                 f.al = tail[2] & 15;
                 return Ok(f);
             }
-            0xd9 => return Err("end of image before a scan".into()),
             _ => {}
         }
-        pos += len;
     }
 }
 

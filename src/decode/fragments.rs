@@ -6,7 +6,7 @@
 /// How a fragment that starts a frame is told, for transfer syntax `ts`: an RLE header for
 /// RLE Lossless, a JPEG start-of-image marker otherwise.
 pub fn frame_start_test(ts: &str) -> fn(&[u8]) -> bool {
-    if ts == "1.2.840.10008.1.2.5" {
+    if ts == dicom_dictionary_std::uids::RLE_LOSSLESS {
         super::rle::looks_like_header
     } else {
         starts_jpeg
@@ -15,7 +15,7 @@ pub fn frame_start_test(ts: &str) -> fn(&[u8]) -> bool {
 
 /// True when a fragment starts a JPEG or JPEG-LS codestream (a start-of-image marker).
 pub fn starts_jpeg(fragment: &[u8]) -> bool {
-    fragment.starts_with(&[0xff, 0xd8])
+    super::jpeg::markers::starts_with_soi(fragment, 0)
 }
 
 /// Concatenates the fragments of frame `frame` (0-based) into `out`. `starts_frame` tells a

@@ -19,6 +19,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use dicom_dictionary_std::uids;
 use dicom_encoding::transfer_syntax::DataRWAdapter;
 
 use super::patch::Patch;
@@ -29,8 +30,6 @@ use super::probe::Probe;
 pub const MAX_SEQUENCE_DEPTH: usize = 64;
 
 const UNDEFINED: u32 = 0xffff_ffff;
-const IMPLICIT_VR_LE: &str = "1.2.840.10008.1.2";
-const EXPLICIT_VR_BE: &str = "1.2.840.10008.1.2.2";
 
 /// Where the checked bytes come from.
 enum Bytes {
@@ -316,8 +315,8 @@ fn check_file(
         return check_deflated(path, src.pos, adapter, max_pixel_bytes, walk);
     }
     let (explicit, be) = match ts {
-        IMPLICIT_VR_LE => (false, false),
-        EXPLICIT_VR_BE => (true, true),
+        uids::IMPLICIT_VR_LITTLE_ENDIAN => (false, false),
+        super::EXPLICIT_VR_BIG_ENDIAN => (true, true),
         _ => (true, false),
     };
     check_dataset(&mut src, explicit, be, None, walk)
@@ -1055,72 +1054,44 @@ impl<'a> Chain<'a> {
 /// Bytes scanned (outside skipped segment payloads) before a check gives up on a file.
 const SCAN_BUDGET: u64 = 4 << 20;
 
-/// Reads the frame header of the JPEG (or JPEG-LS) stream starting at `at`, walking markers
-/// the way jpeg-decoder does (garbage between segments is skipped up to the next 0xFF).
+/// Reads the frame header of the JPEG (or JPEG-LS) stream starting at `at` with the decoders'
+/// marker walker (garbage between segments is skipped up to the next 0xFF).
 /// `Ok(None)`: no frame header before the first scan (the decoder will fail on its own).
-fn jpeg_header(c: &Chain, mut at: u64, budget: &mut u64) -> Result<Option<Declared>, String> {
-    at += 2; // SOI
-    loop {
-        // Next marker: skip to 0xFF, then fill bytes.
-        loop {
-            let Some(b) = c.byte(at) else {
-                return Ok(None);
-            };
-            at += 1;
-            *budget = budget
-                .checked_sub(1)
-                .ok_or("JPEG headers too long to check")?;
-            if b != 0xff {
-                continue;
-            }
-            let mut m = 0xff;
-            while m == 0xff {
-                let Some(b) = c.byte(at) else {
-                    return Ok(None);
-                };
-                at += 1;
-                *budget = budget
-                    .checked_sub(1)
-                    .ok_or("JPEG headers too long to check")?;
-                m = b;
-            }
-            if m != 0x00 {
-                at -= 1;
-                break;
-            }
-        }
-        let marker = c.byte(at).unwrap_or(0);
-        at += 1;
-        *budget = budget
-            .checked_sub(4)
-            .ok_or("JPEG headers too long to check")?;
-        match marker {
-            0xd8 | 0x01 | 0xd0..=0xd7 => continue, // no length
-            0xd9 | 0xda => return Ok(None),        // EOI or scan before any frame header
-            _ => {}
-        }
-        let Some(len) = c.be16(at) else {
-            return Ok(None);
+fn jpeg_header(c: &Chain, at: u64, budget: &mut u64) -> Result<Option<Declared>, String> {
+    use super::jpeg::markers::{self, WalkError, Walker};
+    let mut walker = Walker::new(c, at + 2).with_budget(*budget); // after SOI
+    let found = loop {
+        let segment = match walker.next_segment() {
+            Ok(s) => s,
+            Err(WalkError::Budget) => return Err("JPEG headers too long to check".into()),
+            Err(WalkError::Truncated | WalkError::Length { .. }) => break None,
         };
-        let sof = matches!(marker, 0xc0..=0xcf if !matches!(marker, 0xc4 | 0xc8 | 0xcc))
-            || marker == 0xf7; // JPEG-LS SOF55
-        if sof {
-            let (Some(p), Some(y), Some(x), Some(nf)) = (
-                c.byte(at + 2),
-                c.be16(at + 3),
-                c.be16(at + 5),
-                c.byte(at + 7),
-            ) else {
-                return Ok(None);
+        if matches!(segment.marker, 0xd9 | 0xda) {
+            break None; // EOI or scan before any frame header
+        }
+        if markers::is_frame_header(segment.marker) {
+            let p = segment.payload_at();
+            let (Some(p), Some(y), Some(x), Some(nf)) =
+                (c.byte(p), c.be16(p + 1), c.be16(p + 3), c.byte(p + 5))
+            else {
+                break None;
             };
-            return Ok(Some(Declared {
+            break Some(Declared {
                 rows: y,
                 cols: x,
                 components: nf as u32,
                 precision: p as u32,
-            }));
+            });
         }
-        at += len as u64;
+    };
+    *budget = walker.budget_left();
+    Ok(found)
+}
+
+/// The marker walker reads a frame's fragments in place, as if they were one stream.
+impl super::jpeg::markers::MarkerSource for Chain<'_> {
+    fn byte_at(&self, at: u64) -> Option<u8> {
+        self.byte(at)
     }
 }
 
@@ -1338,8 +1309,14 @@ mod tests {
 
     #[test]
     fn transfer_syntax_uids_are_trimmed_as_dicom_rs_trims_them() {
-        assert_eq!(trim_uid("1.2.840.10008.1.2\0\0\0\n\0"), IMPLICIT_VR_LE);
-        assert_eq!(trim_uid("1.2.840.10008.1.2 \t\r"), IMPLICIT_VR_LE);
+        assert_eq!(
+            trim_uid("1.2.840.10008.1.2\0\0\0\n\0"),
+            uids::IMPLICIT_VR_LITTLE_ENDIAN
+        );
+        assert_eq!(
+            trim_uid("1.2.840.10008.1.2 \t\r"),
+            uids::IMPLICIT_VR_LITTLE_ENDIAN
+        );
         assert_eq!(trim_uid("1.2.840.10008.1.2.1\0"), "1.2.840.10008.1.2.1");
     }
 

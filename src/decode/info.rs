@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use dicom_core::value::Value;
 use dicom_core::Tag;
-use dicom_dictionary_std::tags;
+use dicom_dictionary_std::{tags, uids};
 use dicom_object::InMemDicomObject;
 
 use crate::decode::lut::Lut;
@@ -467,10 +467,10 @@ impl ImageInfo {
 
         let native = matches!(
             super::guard::trim_uid(transfer_syntax),
-            "1.2.840.10008.1.2"
-                | "1.2.840.10008.1.2.1"
-                | "1.2.840.10008.1.2.2"
-                | "1.2.840.10008.1.2.1.99"
+            uids::IMPLICIT_VR_LITTLE_ENDIAN
+                | uids::EXPLICIT_VR_LITTLE_ENDIAN
+                | super::EXPLICIT_VR_BIG_ENDIAN
+                | uids::DEFLATED_EXPLICIT_VR_LITTLE_ENDIAN
         );
         let overlays = super::overlay::read_overlays(
             obj,

@@ -23,10 +23,12 @@ mod un;
 
 use std::path::{Path, PathBuf};
 
-/// Explicit VR Big Endian (retired, still found in archives).
-const EXPLICIT_VR_BIG_ENDIAN: &str = "1.2.840.10008.1.2.2";
-
 use dicom_dictionary_std::{tags, uids};
+
+/// Explicit VR Big Endian: retired (hence deprecated in the dictionary crate), still found in
+/// archives. The one allowance of the deprecation, shared by the decoders.
+#[allow(deprecated)]
+pub(crate) const EXPLICIT_VR_BIG_ENDIAN: &str = uids::EXPLICIT_VR_BIG_ENDIAN;
 use dicom_encoding::transfer_syntax::{Codec, TransferSyntaxIndex};
 use dicom_object::{DefaultDicomObject, DicomCollectorOptions, InMemDicomObject, OpenFileOptions};
 use dicom_transfer_syntax_registry::TransferSyntaxRegistry;
@@ -66,7 +68,7 @@ fn native_byte_order(ts: &str) -> Option<bool /* big endian */> {
 }
 
 fn is_deflate(ts: &str) -> bool {
-    ts == "1.2.840.10008.1.2.1.99"
+    ts == uids::DEFLATED_EXPLICIT_VR_LITTLE_ENDIAN
 }
 
 /// Checks a file that has just arrived (received over the network, or found complete in a
@@ -450,23 +452,16 @@ enum OwnCodec {
 impl OwnCodec {
     fn of(ts: &str) -> Option<OwnCodec> {
         match ts {
-            JPEG_BASELINE | JPEG_EXTENDED | JPEG_LOSSLESS | JPEG_LOSSLESS_SV1 => {
-                Some(OwnCodec::Jpeg)
-            }
-            JPEG_LS_LOSSLESS | JPEG_LS_NEAR_LOSSLESS => Some(OwnCodec::JpegLs),
-            RLE_LOSSLESS => Some(OwnCodec::Rle),
+            uids::JPEG_BASELINE8_BIT
+            | uids::JPEG_EXTENDED12_BIT
+            | uids::JPEG_LOSSLESS
+            | uids::JPEG_LOSSLESS_SV1 => Some(OwnCodec::Jpeg),
+            uids::JPEGLS_LOSSLESS | uids::JPEGLS_NEAR_LOSSLESS => Some(OwnCodec::JpegLs),
+            uids::RLE_LOSSLESS => Some(OwnCodec::Rle),
             _ => None,
         }
     }
 }
-
-const JPEG_BASELINE: &str = "1.2.840.10008.1.2.4.50";
-const JPEG_EXTENDED: &str = "1.2.840.10008.1.2.4.51";
-const JPEG_LOSSLESS: &str = "1.2.840.10008.1.2.4.57";
-const JPEG_LOSSLESS_SV1: &str = "1.2.840.10008.1.2.4.70";
-const RLE_LOSSLESS: &str = "1.2.840.10008.1.2.5";
-const JPEG_LS_LOSSLESS: &str = "1.2.840.10008.1.2.4.80";
-const JPEG_LS_NEAR_LOSSLESS: &str = "1.2.840.10008.1.2.4.81";
 
 /// Decodes frame `frame` of encapsulated pixel data with one of dicomflow's own codecs.
 /// `partial`: a JPEG frame whose data ends early is decoded as far as it goes (the returned
@@ -691,37 +686,27 @@ pub(crate) fn decode_codestream(
     decode_with_registry(&coding.transfer_syntax, object, 0, dst, scratch)
 }
 
-/// Width, height and component count from a JPEG or JPEG-LS frame header, scanning marker
+/// Width, height and component count from a JPEG or JPEG-LS frame header, walking marker
 /// segments from SOI.
 fn sof_dimensions(data: &[u8]) -> Option<(u32, u32, u32)> {
-    if data.get(0..2)? != [0xff, 0xd8] {
+    use jpeg::markers::{self, Walker};
+    if !markers::starts_with_soi(data, 0) {
         return None;
     }
-    let mut pos = 2;
+    let mut walker = Walker::new(data, 2);
     loop {
-        while *data.get(pos)? != 0xff {
-            pos += 1;
-        }
-        while *data.get(pos)? == 0xff {
-            pos += 1;
-        }
-        let marker = *data.get(pos)?;
-        pos += 1;
-        if matches!(marker, 0x01 | 0xd0..=0xd7) {
-            continue; // no length
-        }
-        let len = u16::from_be_bytes([*data.get(pos)?, *data.get(pos + 1)?]) as usize;
-        let is_sof = matches!(marker, 0xc0..=0xc3 | 0xc5..=0xc7 | 0xc9..=0xcb | 0xcd..=0xcf | 0xf7);
-        if is_sof {
-            let h = u16::from_be_bytes([*data.get(pos + 3)?, *data.get(pos + 4)?]) as u32;
-            let w = u16::from_be_bytes([*data.get(pos + 5)?, *data.get(pos + 6)?]) as u32;
-            let c = *data.get(pos + 7)? as u32;
+        let segment = walker.next_segment().ok()?;
+        if markers::is_frame_header(segment.marker) {
+            // P, Y, X, Nf.
+            let p = segment.payload(data)?;
+            let h = u16::from_be_bytes([*p.get(1)?, *p.get(2)?]) as u32;
+            let w = u16::from_be_bytes([*p.get(3)?, *p.get(4)?]) as u32;
+            let c = *p.get(5)? as u32;
             return Some((w, h, c));
         }
-        if marker == 0xda || len < 2 {
-            return None; // scan data before a frame header
+        if matches!(segment.marker, 0xda | 0xd9) {
+            return None; // scan data (or the end) before a frame header
         }
-        pos += len;
     }
 }
 
@@ -765,8 +750,17 @@ fn codec_output_layout(info: &mut ImageInfo) {
     info.planar_configuration = 0;
     info.subsampled_422 = false;
     let ts = info.transfer_syntax.as_str();
-    let jpeg_dct = matches!(ts, "1.2.840.10008.1.2.4.50" | "1.2.840.10008.1.2.4.51");
-    let j2k = ts.starts_with("1.2.840.10008.1.2.4.9") || ts.starts_with("1.2.840.10008.1.2.4.20");
+    let jpeg_dct = matches!(ts, uids::JPEG_BASELINE8_BIT | uids::JPEG_EXTENDED12_BIT);
+    let j2k = matches!(
+        ts,
+        uids::JPEG2000_LOSSLESS
+            | uids::JPEG2000
+            | uids::JPEG2000MC_LOSSLESS
+            | uids::JPEG2000MC
+            | uids::HTJ2K_LOSSLESS
+            | uids::HTJ2K_LOSSLESS_RPCL
+            | uids::HTJ2K
+    );
     info.photometric = match info.photometric {
         P::YbrIct | P::YbrRct => P::Rgb,
         P::YbrFull | P::YbrFull422 | P::YbrPartial422 if jpeg_dct => P::Rgb,
@@ -846,7 +840,7 @@ fn open_bare_full(path: &Path, ts: &str) -> Result<DefaultDicomObject, DecodeErr
         .transfer_syntax(ts)
         .media_storage_sop_class_uid(
             info::opt_str(&obj, tags::SOP_CLASS_UID)
-                .unwrap_or_else(|| "1.2.840.10008.5.1.4.1.1.7".into()),
+                .unwrap_or_else(|| uids::SECONDARY_CAPTURE_IMAGE_STORAGE.into()),
         )
         .media_storage_sop_instance_uid(
             info::opt_str(&obj, tags::SOP_INSTANCE_UID).unwrap_or_else(|| "1.2.3".into()),

@@ -17,9 +17,6 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// Explicit VR Big Endian (retired, still found in archives).
-const EXPLICIT_VR_BIG_ENDIAN: &str = "1.2.840.10008.1.2.2";
-
 use dicom_dictionary_std::uids;
 
 use super::info::ImageInfo;
@@ -48,7 +45,7 @@ pub fn locate_pixel_data(
     let (big_endian, explicit) = match ts {
         uids::IMPLICIT_VR_LITTLE_ENDIAN => (false, false),
         uids::EXPLICIT_VR_LITTLE_ENDIAN => (false, true),
-        EXPLICIT_VR_BIG_ENDIAN => (true, true),
+        super::EXPLICIT_VR_BIG_ENDIAN => (true, true),
         _ => return Ok(None),
     };
     let header_len: u64 = if explicit { 12 } else { 8 };

@@ -25,6 +25,7 @@ use dicom_object::InMemDicomObject;
 use sha2::{Digest, Sha256};
 
 use crate::decode::info::SourceHeader;
+use crate::output::error::EncodeError;
 
 /// The Implementation Class UID dicomflow writes in file meta information.
 pub const IMPLEMENTATION_CLASS_UID: &str = "2.25.98765432109876543210";
@@ -34,18 +35,18 @@ pub const IMPLEMENTATION_VERSION_NAME: &str = "DICOMFLOW_010";
 /// Storage SOP classes of single-frame images (CR, CT, MR, Secondary Capture, DX, MG, IO,
 /// PET, US), whose instances are not referenced by frame.
 const SINGLE_FRAME_CLASSES: [&str; 12] = [
-    "1.2.840.10008.5.1.4.1.1.1",
-    "1.2.840.10008.5.1.4.1.1.1.1",
-    "1.2.840.10008.5.1.4.1.1.1.1.1",
-    "1.2.840.10008.5.1.4.1.1.1.2",
-    "1.2.840.10008.5.1.4.1.1.1.2.1",
-    "1.2.840.10008.5.1.4.1.1.1.3",
-    "1.2.840.10008.5.1.4.1.1.1.3.1",
-    "1.2.840.10008.5.1.4.1.1.2",
-    "1.2.840.10008.5.1.4.1.1.4",
-    "1.2.840.10008.5.1.4.1.1.6.1",
-    "1.2.840.10008.5.1.4.1.1.7",
-    "1.2.840.10008.5.1.4.1.1.128",
+    uids::COMPUTED_RADIOGRAPHY_IMAGE_STORAGE,
+    uids::DIGITAL_X_RAY_IMAGE_STORAGE_FOR_PRESENTATION,
+    uids::DIGITAL_X_RAY_IMAGE_STORAGE_FOR_PROCESSING,
+    uids::DIGITAL_MAMMOGRAPHY_X_RAY_IMAGE_STORAGE_FOR_PRESENTATION,
+    uids::DIGITAL_MAMMOGRAPHY_X_RAY_IMAGE_STORAGE_FOR_PROCESSING,
+    uids::DIGITAL_INTRA_ORAL_X_RAY_IMAGE_STORAGE_FOR_PRESENTATION,
+    uids::DIGITAL_INTRA_ORAL_X_RAY_IMAGE_STORAGE_FOR_PROCESSING,
+    uids::CT_IMAGE_STORAGE,
+    uids::MR_IMAGE_STORAGE,
+    uids::ULTRASOUND_IMAGE_STORAGE,
+    uids::SECONDARY_CAPTURE_IMAGE_STORAGE,
+    uids::POSITRON_EMISSION_TOMOGRAPHY_IMAGE_STORAGE,
 ];
 
 /// One rendered frame and what it was made from.
@@ -99,21 +100,21 @@ pub fn dataset(
     channels: usize,
     pixels: &[u8],
     d: &Derived,
-) -> Result<InMemDicomObject, String> {
+) -> Result<InMemDicomObject, EncodeError> {
     if width == 0 || height == 0 || width > 65535 || height > 65535 {
-        return Err(format!(
-            "a {width}x{height} image cannot be written as DICOM (Rows and Columns are 1..=65535)"
-        ));
+        return Err(EncodeError::DicomSize { width, height });
     }
     if channels != 1 && channels != 3 {
-        return Err(format!("internal: {channels} channels for a DICOM image"));
+        return Err(EncodeError::Internal(format!(
+            "{channels} channels for a DICOM image"
+        )));
     }
     let expected = width as usize * height as usize * channels;
     if pixels.len() != expected {
-        return Err(format!(
-            "internal: {} bytes for a {width}x{height}x{channels} image",
+        return Err(EncodeError::Internal(format!(
+            "{} bytes for a {width}x{height}x{channels} image",
             pixels.len()
-        ));
+        )));
     }
     let src = d.source;
     let source_id = src.sop_instance_uid.as_deref().unwrap_or(d.fallback_id);
@@ -317,7 +318,7 @@ pub fn encode(
     channels: usize,
     pixels: &[u8],
     d: &Derived,
-) -> Result<(), String> {
+) -> Result<(), EncodeError> {
     let obj = dataset(width, height, channels, pixels, d)?;
     let sop_uid = obj
         .get(tags::SOP_INSTANCE_UID)
@@ -331,11 +332,11 @@ pub fn encode(
         .implementation_class_uid(IMPLEMENTATION_CLASS_UID)
         .implementation_version_name(IMPLEMENTATION_VERSION_NAME)
         .build()
-        .map_err(|e| format!("DICOM file meta: {e}"))?;
+        .map_err(|e| EncodeError::DicomMeta(e.to_string()))?;
     out.clear();
     obj.with_exact_meta(meta)
         .write_all(&mut *out)
-        .map_err(|e| format!("DICOM encoder: {e}"))
+        .map_err(|e| EncodeError::Dicom(e.to_string()))
 }
 
 #[cfg(test)]
@@ -473,6 +474,16 @@ mod tests {
         );
         // Too large for US Rows/Columns: a clear error.
         let e = dataset(70000, 1, 1, &vec![0; 70000], &derived(&src, 0, "f")).unwrap_err();
-        assert!(e.contains("65535"), "{e}");
+        assert!(
+            matches!(
+                e,
+                EncodeError::DicomSize {
+                    width: 70000,
+                    height: 1
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("65535"), "{e}");
     }
 }

@@ -7,6 +7,7 @@ use std::io::Cursor;
 use image::ImageEncoder as _;
 
 use crate::output::dicom::{self, Derived};
+use crate::output::error::EncodeError;
 use crate::output::options::{OutputFormat, PngCompression, PngFilter};
 use crate::output::png::{filter_rows, unfilter_rows, PngWriter};
 
@@ -67,19 +68,21 @@ impl ImageEncoder {
         height: u32,
         channels: usize,
         pixels: &[u8],
-    ) -> Result<&[u8], String> {
+    ) -> Result<&[u8], EncodeError> {
         self.buf.clear();
         let expected = width as usize * height as usize * channels;
         if pixels.len() != expected {
-            return Err(format!(
-                "internal: {} bytes for a {width}x{height}x{channels} image",
+            return Err(EncodeError::Internal(format!(
+                "{} bytes for a {width}x{height}x{channels} image",
                 pixels.len()
-            ));
+            )));
         }
         match self.opts.format {
             OutputFormat::Png => self.encode_png(width, height, channels, pixels)?,
             OutputFormat::Dcm => {
-                return Err("internal: DICOM output needs its source (encode_dicom)".into())
+                return Err(EncodeError::Internal(
+                    "DICOM output needs its source (encode_dicom)".into(),
+                ))
             }
             other => {
                 let color = if channels == 1 {
@@ -101,7 +104,10 @@ impl ImageEncoder {
                     OutputFormat::Png | OutputFormat::Dcm => unreachable!("handled above"),
                 };
                 self.buf = cursor.into_inner();
-                result.map_err(|e| format!("{other:?} encoder: {e}"))?;
+                result.map_err(|source| EncodeError::Image {
+                    format: other,
+                    source,
+                })?;
             }
         }
         Ok(&self.buf)
@@ -115,7 +121,7 @@ impl ImageEncoder {
         channels: usize,
         pixels: &[u8],
         derived: &Derived,
-    ) -> Result<&[u8], String> {
+    ) -> Result<&[u8], EncodeError> {
         dicom::encode(&mut self.buf, width, height, channels, pixels, derived)?;
         Ok(&self.buf)
     }
@@ -128,7 +134,7 @@ impl ImageEncoder {
         height: u32,
         channels: usize,
         zlib: &[u8],
-    ) -> Result<&[u8], String> {
+    ) -> Result<&[u8], EncodeError> {
         crate::output::png::png_from_zlib(&mut self.buf, width, height, channels, zlib)?;
         Ok(&self.buf)
     }
@@ -154,7 +160,7 @@ impl ImageEncoder {
         height: u32,
         channels: usize,
         filtered: &[u8],
-    ) -> Result<&[u8], String> {
+    ) -> Result<&[u8], EncodeError> {
         let row_len = width as usize * channels;
         if png_filter_mode(&self.opts).is_some() {
             self.png
@@ -174,7 +180,7 @@ impl ImageEncoder {
         height: u32,
         channels: usize,
         pixels: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), EncodeError> {
         if self.opts.png_compression == PngCompression::Fast {
             // Our filter pass and container: the `png` crate's bytes, in less time.
             let row_len = width as usize * channels;
@@ -215,13 +221,9 @@ impl ImageEncoder {
             PngFilter::Paeth => png::Filter::Paeth,
             PngFilter::Adaptive => png::Filter::Adaptive,
         });
-        let mut writer = enc
-            .write_header()
-            .map_err(|e| format!("PNG encoder: {e}"))?;
-        writer
-            .write_image_data(pixels)
-            .map_err(|e| format!("PNG encoder: {e}"))?;
-        writer.finish().map_err(|e| format!("PNG encoder: {e}"))?;
+        let mut writer = enc.write_header()?;
+        writer.write_image_data(pixels)?;
+        writer.finish()?;
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 pub mod atomic;
 pub mod dicom;
 pub mod encode;
+pub mod error;
 pub mod naming;
 pub mod options;
 pub mod png;

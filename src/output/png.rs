@@ -11,6 +11,7 @@
 //! The split also lets the GPU filter rows (kernels/png_filter.cu): the writer then only
 //! deflates.
 
+use crate::output::error::EncodeError;
 use crate::output::options::PngFilter;
 
 /// PNG row filter types, as written in each row's first byte.
@@ -233,7 +234,7 @@ pub fn unfilter_rows(
     row_len: usize,
     bpp: usize,
     out: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), EncodeError> {
     let rows = filtered.len().checked_div(row_len + 1).unwrap_or(0);
     out.clear();
     out.resize(rows * row_len, 0);
@@ -241,7 +242,7 @@ pub fn unfilter_rows(
         let src = &filtered[y * (row_len + 1)..(y + 1) * (row_len + 1)];
         let kind = src[0];
         if kind > PAETH {
-            return Err(format!("PNG row {y}: filter type {kind}"));
+            return Err(EncodeError::FilterType { row: y, kind });
         }
         let (done, rest) = out.split_at_mut(y * row_len);
         let prev = if y == 0 {
@@ -281,23 +282,22 @@ impl PngWriter {
         height: u32,
         channels: usize,
         filtered: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), EncodeError> {
         let row_len = width as usize * channels;
         let color_type = color_type(channels)?;
         if width == 0 || height == 0 || filtered.len() != (row_len + 1) * height as usize {
-            return Err(format!(
-                "internal: {} filtered bytes for a {width}x{height}x{channels} PNG",
+            return Err(EncodeError::Internal(format!(
+                "{} filtered bytes for a {width}x{height}x{channels} PNG",
                 filtered.len()
-            ));
+            )));
         }
         let chunk_start = begin_idat(buf, width, height, color_type);
         let data_start = buf.len();
-        let io = |e: std::io::Error| format!("PNG deflate: {e}");
-        let mut deflate = fdeflate::Compressor::new(&mut *buf).map_err(io)?;
+        let mut deflate = fdeflate::Compressor::new(&mut *buf)?;
         for row in filtered.chunks_exact(row_len + 1) {
-            deflate.write_data(row).map_err(io)?;
+            deflate.write_data(row)?;
         }
-        deflate.finish().map_err(io)?;
+        deflate.finish()?;
         let stored_size = fdeflate::StoredOnlyCompressor::<()>::compressed_size(filtered.len());
         if buf.len() - data_start > stored_size {
             // As `png` does: stored blocks of unfiltered rows (filter type 0). Rare (noise-like
@@ -305,12 +305,12 @@ impl PngWriter {
             buf.truncate(chunk_start);
             unfilter_rows(filtered, row_len, channels, &mut self.scratch)?;
             let sink = std::io::Cursor::new(Vec::with_capacity(stored_size));
-            let mut stored = fdeflate::StoredOnlyCompressor::new(sink).map_err(io)?;
+            let mut stored = fdeflate::StoredOnlyCompressor::new(sink)?;
             for row in self.scratch.chunks_exact(row_len) {
-                stored.write_data(&[NONE]).map_err(io)?;
-                stored.write_data(row).map_err(io)?;
+                stored.write_data(&[NONE])?;
+                stored.write_data(row)?;
             }
-            let stream = stored.finish().map_err(io)?.into_inner();
+            let stream = stored.finish()?.into_inner();
             push_chunk(buf, b"IDAT", &stream);
             push_chunk(buf, b"IEND", &[]);
             return Ok(());
@@ -323,11 +323,11 @@ impl PngWriter {
 }
 
 /// The PNG colour type of 8-bit samples with `channels` 1 (gray) or 3 (RGB).
-fn color_type(channels: usize) -> Result<u8, String> {
+fn color_type(channels: usize) -> Result<u8, EncodeError> {
     match channels {
         1 => Ok(0),
         3 => Ok(2),
-        n => Err(format!("internal: PNG of {n} channels")),
+        n => Err(EncodeError::Internal(format!("PNG of {n} channels"))),
     }
 }
 
@@ -358,13 +358,13 @@ pub fn png_from_zlib(
     height: u32,
     channels: usize,
     zlib: &[u8],
-) -> Result<(), String> {
+) -> Result<(), EncodeError> {
     let color_type = color_type(channels)?;
     if width == 0 || height == 0 || zlib.len() < 6 {
-        return Err(format!(
-            "internal: {} bytes of zlib data for a {width}x{height} PNG",
+        return Err(EncodeError::Internal(format!(
+            "{} bytes of zlib data for a {width}x{height} PNG",
             zlib.len()
-        ));
+        )));
     }
     buf.reserve(zlib.len() + 64);
     let chunk_start = begin_idat(buf, width, height, color_type);
@@ -385,12 +385,12 @@ fn push_chunk(buf: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
 }
 
 /// Fills in the length of the chunk begun at `chunk_start` and appends its CRC.
-fn finish_chunk(buf: &mut Vec<u8>, chunk_start: usize, data_len: usize) -> Result<(), String> {
+fn finish_chunk(buf: &mut Vec<u8>, chunk_start: usize, data_len: usize) -> Result<(), EncodeError> {
     // `png` splits IDAT at 2^31 − 1 bytes; a single slice never gets near that.
     let len = u32::try_from(data_len)
         .ok()
         .filter(|&l| l <= u32::MAX >> 1)
-        .ok_or_else(|| format!("PNG: {data_len} bytes of image data in one chunk"))?;
+        .ok_or(EncodeError::ChunkTooLarge(data_len))?;
     buf[chunk_start..chunk_start + 4].copy_from_slice(&len.to_be_bytes());
     let crc = crc32fast::hash(&buf[chunk_start + 4..]);
     buf.extend_from_slice(&crc.to_be_bytes());

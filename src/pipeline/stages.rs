@@ -639,8 +639,8 @@ fn load_file(
         }
         let mut plan = match planned {
             Ok(p) => p,
-            Err(reason) => {
-                fail(Stage::Render, reason);
+            Err(e) => {
+                fail(Stage::Render, e.to_string());
                 continue;
             }
         };
@@ -1018,8 +1018,8 @@ impl Writer {
                         .fetch_add(gpu_bytes.min(len) as u64, Ordering::Relaxed);
                 }
             }
-            Ok(Err(reason)) => {
-                fail(Stage::Encode, reason);
+            Ok(Err(e)) => {
+                fail(Stage::Encode, e.to_string());
                 return;
             }
             Err(_) => {

@@ -8,17 +8,18 @@
 use std::sync::Arc;
 
 use crate::decode::lut::Lut;
+use crate::render::error::PlanError;
 use crate::render::plan::{AutoWindow, GrayPlan, Modality, Voi, Window};
 use crate::render::spec::VoiFunction;
 
 /// Post-modality value of a stored value (§3.2, §3.3): rescale truncated toward zero, or a
 /// Modality LUT entry (first entry signed when the stored values are).
 #[inline]
-pub fn modality_value(plan: &GrayPlan, stored: i32) -> i64 {
+pub fn modality_value(plan: &GrayPlan, stored: i64) -> i64 {
     match &plan.modality {
-        Modality::Identity => stored as i64,
+        Modality::Identity => stored,
         Modality::Rescale { slope, intercept } => (stored as f64 * slope + intercept) as i64,
-        Modality::Lut(lut) => lut.lookup(stored as i64, plan.stored.signed) as i64,
+        Modality::Lut(lut) => lut.lookup(stored, plan.stored.signed) as i64,
     }
 }
 
@@ -99,7 +100,7 @@ impl FrameStats {
     /// Builds statistics from (stored value, count) pairs in any order.
     pub fn from_stored_counts(
         plan: &GrayPlan,
-        counts: impl Iterator<Item = (i32, u64)>,
+        counts: impl Iterator<Item = (i64, u64)>,
     ) -> FrameStats {
         let mut stored_min = i64::MAX;
         let mut stored_max = i64::MIN;
@@ -108,8 +109,8 @@ impl FrameStats {
             if n == 0 {
                 continue;
             }
-            stored_min = stored_min.min(s as i64);
-            stored_max = stored_max.max(s as i64);
+            stored_min = stored_min.min(s);
+            stored_max = stored_max.max(s);
             inter.push((modality_value(plan, s), n));
         }
         inter.sort_unstable_by_key(|x| x.0);
@@ -260,7 +261,7 @@ fn shift_possible(plan: &GrayPlan) -> bool {
 }
 
 /// Resolves the plan for one frame. `stats` is required when [`needs_statistics`] says so.
-pub fn resolve(plan: &GrayPlan, stats: Option<&FrameStats>) -> Result<Resolved, String> {
+pub fn resolve(plan: &GrayPlan, stats: Option<&FrameStats>) -> Result<Resolved, PlanError> {
     let (abs_min, abs_max) = absolute_range(plan);
     let (low, high) = if plan.invert {
         (255.0, 0.0)
@@ -272,7 +273,9 @@ pub fn resolve(plan: &GrayPlan, stats: Option<&FrameStats>) -> Result<Resolved, 
         Voi::Lut(l) => ResolvedVoi::Lut(l.clone(), abs_min < 0.0),
         Voi::None => ResolvedVoi::None,
         Voi::Auto(auto, function) => {
-            let st = stats.ok_or("internal: automatic window without frame statistics")?;
+            let st = stats.ok_or_else(|| {
+                PlanError::Internal("automatic window without frame statistics".into())
+            })?;
             match auto_window(plan, *auto, *function, st) {
                 Some(w) => ResolvedVoi::Window(w),
                 None => ResolvedVoi::None,
@@ -355,7 +358,7 @@ fn voi_lut(lut: &Lut, signed: bool, low: f64, high: f64, p: i64) -> f64 {
 
 /// The 8-bit output for stored value `stored`.
 #[inline]
-pub fn gray_output(plan: &GrayPlan, r: &Resolved, stored: i32) -> u8 {
+pub fn gray_output(plan: &GrayPlan, r: &Resolved, stored: i64) -> u8 {
     let p = modality_value(plan, stored);
     let x = if r.table_shift {
         (p - r.abs_min.trunc() as i64) as f64 + r.abs_min

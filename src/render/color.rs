@@ -148,10 +148,12 @@ pub fn render_color(
     pixels: usize,
     input: &[u8],
     out: &mut [u8],
-) -> Result<(), String> {
+) -> Result<(), crate::render::error::PlanError> {
     let bytes = plan.stored.bytes();
     if input.len() < input_samples(plan, pixels) * bytes || out.len() < pixels * 3 {
-        return Err("internal: colour slot smaller than the frame".into());
+        return Err(crate::render::error::PlanError::Internal(
+            "colour slot smaller than the frame".into(),
+        ));
     }
     let bits = plan.stored.bits_stored as u32;
     let mask = if bits >= 32 {

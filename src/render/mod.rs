@@ -5,6 +5,7 @@
 
 pub mod chain;
 pub mod color;
+pub mod error;
 pub mod frames;
 pub mod ops;
 pub mod overlay;

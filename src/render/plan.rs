@@ -5,9 +5,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use dicom_dictionary_std::uids;
+
 use crate::decode::compressed::EncodedFrame;
 use crate::decode::info::{ImageInfo, Photometric};
 use crate::decode::lut::Lut;
+use crate::render::error::PlanError;
 use crate::render::frames::FrameSelection;
 use crate::render::ops::{OperatorOptions, Operators};
 use crate::render::spec::{VoiFunction, WindowSpec, Windows};
@@ -23,20 +26,22 @@ pub struct StoredFormat {
 
 impl StoredFormat {
     /// Extracts the stored value from a raw container value: shift so that `high_bit` becomes
-    /// bit `bits_stored - 1`, mask to `bits_stored` bits, sign-extend when signed.
+    /// bit `bits_stored - 1`, mask to `bits_stored` bits, sign-extend when signed. `i64`
+    /// because unsigned 32-bit values (up to 2^32 - 1) do not fit an `i32`.
     #[inline]
-    pub fn value(&self, raw: u32) -> i32 {
+    pub fn value(&self, raw: u32) -> i64 {
         let shift = self.high_bit + 1 - self.bits_stored;
         let bits = self.bits_stored as u32;
         let v = if bits >= 32 {
             raw >> shift
         } else {
             (raw >> shift) & ((1u32 << bits) - 1)
-        };
-        if self.signed && bits < 32 && (v >> (bits - 1)) & 1 == 1 {
-            (v | !((1u32 << bits) - 1)) as i32
+        } as i64;
+        if self.signed && (v >> (bits - 1)) & 1 == 1 {
+            // Sign-extend: the top stored bit is the sign.
+            v - (1i64 << bits)
         } else {
-            v as i32
+            v
         }
     }
 
@@ -321,7 +326,11 @@ fn file_function(attr: Option<&str>) -> VoiFunction {
 }
 
 /// Builds the plan for frame `frame` of an image.
-pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<FramePlan, String> {
+pub fn plan_frame(
+    info: &ImageInfo,
+    frame: u32,
+    opts: &RenderOptions,
+) -> Result<FramePlan, PlanError> {
     let stored = StoredFormat {
         bits_allocated: info.bits_allocated,
         bits_stored: info.bits_stored,
@@ -341,33 +350,36 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
         }
     } else {
         if windows.is_channels() {
-            return Err(format!(
-                "window channels ({} windows) need a grayscale image; this one is {}",
-                windows.specs().len(),
-                info.photometric.as_str()
-            ));
+            return Err(PlanError::ChannelsNeedGray {
+                windows: windows.specs().len(),
+                photometric: info.photometric.as_str(),
+            });
         }
         if info.bits_allocated == 32 {
-            return Err("32-bit colour images are not supported".into());
+            return Err(PlanError::Unsupported(
+                "32-bit colour images are not supported".into(),
+            ));
         }
         let model = match info.photometric {
             Photometric::Rgb => ColorModel::Rgb,
             Photometric::YbrFull => ColorModel::YbrFull,
             Photometric::YbrFull422 => ColorModel::YbrFull422,
             Photometric::YbrPartial422 => ColorModel::YbrPartial422,
-            Photometric::PaletteColor => ColorModel::Palette(
-                info.palette
-                    .clone()
-                    .ok_or("PALETTE COLOR without lookup tables")?,
-            ),
+            Photometric::PaletteColor => {
+                ColorModel::Palette(info.palette.clone().ok_or_else(|| {
+                    PlanError::Unsupported("PALETTE COLOR without lookup tables".into())
+                })?)
+            }
             Photometric::YbrIct | Photometric::YbrRct => {
-                return Err(format!(
+                return Err(PlanError::Unsupported(format!(
                     "{} outside JPEG 2000 pixel data is not supported",
                     info.photometric.as_str()
-                ))
+                )))
             }
             Photometric::Monochrome1 | Photometric::Monochrome2 => {
-                return Err("internal: grayscale image planned as colour".into())
+                return Err(PlanError::Internal(
+                    "grayscale image planned as colour".into(),
+                ))
             }
         };
         Chain::Color(ColorPlan {
@@ -388,17 +400,22 @@ pub fn plan_frame(info: &ImageInfo, frame: u32, opts: &RenderOptions) -> Result<
         rows: info.rows,
         cols: info.cols,
         chain,
-        ops: opts.ops.resolve(info.cols, info.rows)?,
+        ops: opts
+            .ops
+            .resolve(info.cols, info.rows)
+            .map_err(PlanError::Operators)?,
         encoded: None,
         overlay,
     })
 }
 
-/// SOP classes without a Modality transform (X-Ray Angiography and Radiofluoroscopy).
+/// SOP classes without a Modality transform (X-Ray Angiography and Radiofluoroscopy; the
+/// bi-plane class is retired, hence deprecated in the dictionary crate).
+#[allow(deprecated)]
 const NO_MODALITY_SOP_CLASSES: [&str; 3] = [
-    "1.2.840.10008.5.1.4.1.1.12.1",
-    "1.2.840.10008.5.1.4.1.1.12.2",
-    "1.2.840.10008.5.1.4.1.1.12.3",
+    uids::X_RAY_ANGIOGRAPHIC_IMAGE_STORAGE,
+    uids::X_RAY_RADIOFLUOROSCOPIC_IMAGE_STORAGE,
+    uids::X_RAY_ANGIOGRAPHIC_BI_PLANE_IMAGE_STORAGE,
 ];
 
 fn gray_plan(
@@ -407,7 +424,7 @@ fn gray_plan(
     stored: StoredFormat,
     opts: &RenderOptions,
     window: WindowSpec,
-) -> Result<GrayPlan, String> {
+) -> Result<GrayPlan, PlanError> {
     let attrs = info.frame_attrs(frame);
     let no_modality = info
         .sop_class
@@ -452,11 +469,9 @@ fn gray_plan(
             Some(v @ Voi::Window(_)) => v,
             _ => Voi::Auto(AutoWindow::MinMax, function),
         },
-        WindowSpec::File { index } => window_at(index).ok_or_else(|| {
-            format!(
-                "window {index} requested, the file has {} window(s)",
-                attrs.windows.len()
-            )
+        WindowSpec::File { index } => window_at(index).ok_or(PlanError::NoSuchWindow {
+            index,
+            count: attrs.windows.len(),
         })?,
         WindowSpec::Explicit { center, width } => Voi::Window(Window {
             center,
@@ -469,10 +484,10 @@ fn gray_plan(
         WindowSpec::VoiLut { index } => match info.voi_luts.get(index - 1) {
             Some(lut) => Voi::Lut(lut.clone()),
             None => {
-                return Err(format!(
-                    "VOI LUT {index} requested, the file has {}",
-                    info.voi_luts.len()
-                ))
+                return Err(PlanError::NoSuchVoiLut {
+                    index,
+                    count: info.voi_luts.len(),
+                })
             }
         },
         WindowSpec::None => Voi::None,
@@ -522,6 +537,21 @@ mod tests {
         assert_eq!(f.value(0x000f), 0);
         let s = fmt(16, 12, 15, true);
         assert_eq!(s.value(0x8000), -2048);
+    }
+
+    #[test]
+    fn stored_value_keeps_32_bit_values_exact() {
+        // Regression: unsigned values >= 2^31 came back negative from an `i32`.
+        let u = fmt(32, 32, 31, false);
+        assert_eq!(u.value(u32::MAX), 4_294_967_295);
+        assert_eq!(u.value(0x8000_0000), 2_147_483_648);
+        let s = fmt(32, 32, 31, true);
+        assert_eq!(s.value(u32::MAX), -1);
+        assert_eq!(s.value(0x8000_0000), -2_147_483_648);
+        assert_eq!(s.value(0x7fff_ffff), 2_147_483_647);
+        // 24 of 32 bits, shifted.
+        assert_eq!(fmt(32, 24, 31, false).value(0xffff_ff00), 0xff_ffff);
+        assert_eq!(fmt(32, 24, 31, true).value(0xffff_ff00), -1);
     }
 
     #[test]

@@ -46,15 +46,15 @@ impl IndexMap {
     }
 }
 
-/// The stored value (sign-extended) of a table index.
+/// The stored value (sign-extended) of a table index: the index is the stored bits already
+/// shifted and masked, so this is [`StoredFormat::value`] of a container holding it at bit 0.
 #[inline]
-pub fn stored_of_index(stored: &StoredFormat, index: u32) -> i32 {
-    let bits = stored.bits_stored as u32;
-    if stored.signed && (index >> (bits - 1)) & 1 == 1 {
-        (index | !((1u32 << bits) - 1)) as i32
-    } else {
-        index as i32
+pub fn stored_of_index(stored: &StoredFormat, index: u32) -> i64 {
+    StoredFormat {
+        high_bit: stored.bits_stored - 1,
+        ..*stored
     }
+    .value(index)
 }
 
 /// The compiled chain: output byte per table index.

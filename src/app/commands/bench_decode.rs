@@ -258,7 +258,7 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
             unsafe { driver::copy_dtoh_async(gpu_vals.as_mut_ptr(), dst, bytes, &stream) }
                 .map_err(|e| e.to_string())?;
             stream.synchronize().map_err(|e| e.to_string())?;
-            let mut plan = plan_frame(&info, frame, &render)?;
+            let mut plan = plan_frame(&info, frame, &render).map_err(|e| e.to_string())?;
             if layout == Decoded::Planar {
                 // Bring the planes back to interleaved samples for the comparison.
                 let plane = bytes / 3;

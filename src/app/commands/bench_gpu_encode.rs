@@ -321,7 +321,10 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
         let (mut cpu_bytes, mut cpu_ms) = (0usize, Vec::new());
         for px in &slices {
             let t = Instant::now();
-            cpu_bytes += cpu.encode(size, size, 1, px)?.len();
+            cpu_bytes += cpu
+                .encode(size, size, 1, px)
+                .map_err(|e| e.to_string())?
+                .len();
             cpu_ms.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let cpu_ms = median(&mut cpu_ms);
@@ -392,7 +395,7 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
                     };
                     let z = download(&stream, packed + PACKED_HEADER as u64, zlen)?;
                     let mut file = Vec::new();
-                    png_from_zlib(&mut file, size, size, 1, &z)?;
+                    png_from_zlib(&mut file, size, size, 1, &z).map_err(|e| e.to_string())?;
                     bytes += file.len();
                     match decode_png(&file) {
                         Ok(back) if &back == px => same += 1,
@@ -552,7 +555,10 @@ fn jpeg_bench(
         let gpu_jpeg = out[..len].to_vec();
         gpu_bytes += len;
         let t = Instant::now();
-        let cpu_jpeg = cpu.encode(size, size, 1, px)?.to_vec();
+        let cpu_jpeg = cpu
+            .encode(size, size, 1, px)
+            .map_err(|e| e.to_string())?
+            .to_vec();
         cpu_ms.push(t.elapsed().as_secs_f64() * 1e3);
         cpu_bytes += cpu_jpeg.len();
         let g = image::load_from_memory(&gpu_jpeg)
@@ -602,7 +608,10 @@ fn jpeg_bench(
     let d = DeviceBuffer::alloc(stream, rgb.len()).map_err(e)?;
     // SAFETY: d holds rgb.len() bytes; synchronized by the retrieve below.
     unsafe { driver::copy_htod_async(d.ptr(), rgb.as_ptr(), rgb.len(), stream).map_err(e)? };
-    let cpu_jpeg = cpu.encode(size, size, 3, &rgb)?.to_vec();
+    let cpu_jpeg = cpu
+        .encode(size, size, 3, &rgb)
+        .map_err(|e| e.to_string())?
+        .to_vec();
     let c = image::load_from_memory(&cpu_jpeg)
         .map_err(|e| e.to_string())?
         .to_rgb8()

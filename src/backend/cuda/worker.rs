@@ -645,8 +645,11 @@ impl CudaWorker {
 
     fn render_color(&mut self, c: &ColorPlan, pixels: u64, io: Io) -> Result<(), RenderError> {
         let cuda = RenderError::Cuda;
-        let map = IndexMap::of(&c.stored)
-            .ok_or_else(|| RenderError::Plan("colour samples deeper than 16 bits".into()))?;
+        let map = IndexMap::of(&c.stored).ok_or_else(|| {
+            RenderError::Plan(crate::render::error::PlanError::Unsupported(
+                "colour samples deeper than 16 bits".into(),
+            ))
+        })?;
         let bytes = c.stored.bytes() as u32;
         if let ColorModel::Palette(_) = c.model {
             let key = TableKey::Palette(c.clone());

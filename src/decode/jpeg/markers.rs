@@ -1,4 +1,6 @@
-//! Marker-segment parsing with the acceptance rules of IJG 6b's `jdmarker.c`.
+//! JPEG markers: the one walker over marker segments ([`Walker`], used by the decoder here,
+//! the GPU eligibility check, the frame-size check and the file guard), and marker-segment
+//! parsing with the acceptance rules of IJG 6b's `jdmarker.c`.
 //!
 //! Mirroring IJG matters because DCMTK fails (and so must we) exactly where IJG raises a fatal
 //! error, while IJG's mere warnings (odd Ss/Se in a sequential scan, garbage between markers)
@@ -88,24 +90,176 @@ fn next_byte(data: &[u8], pos: &mut usize) -> Result<u8> {
 }
 
 /// IJG `next_marker`: find the next `FF xx` with `xx` not 0 and not FF, discarding anything
-/// else (IJG only warns about the discarded bytes).
+/// else (IJG only warns about the discarded bytes). [`Walker::next_marker`] on `data`.
 pub(super) fn next_marker(data: &[u8], pos: &mut usize) -> Result<u8> {
-    loop {
-        while next_byte(data, pos)? != 0xFF {}
-        let mut c = next_byte(data, pos)?;
-        while c == 0xFF {
-            c = next_byte(data, pos)?;
-        }
-        if c != 0 {
-            return Ok(c);
-        }
-        // FF 00 is stuffed entropy data, not a marker: keep scanning.
-    }
+    let mut w = Walker::new(data, *pos as u64);
+    let m = w.next_marker();
+    *pos = w.pos as usize;
+    m.or_else(|_| truncated())
 }
 
 /// SOFn codes (C0..CF minus DHT, JPG and DAC).
-pub(super) fn is_sof(m: u8) -> bool {
+pub(crate) fn is_sof(m: u8) -> bool {
     (0xC0..=0xCF).contains(&m) && m != DHT && m != JPG && m != DAC
+}
+
+/// JPEG-LS frame header (SOF55, ITU-T T.87).
+pub(crate) const SOF55: u8 = 0xF7;
+
+/// A frame header of JPEG (any SOFn) or JPEG-LS (SOF55): they share the layout (P, Y, X, Nf).
+pub(crate) fn is_frame_header(m: u8) -> bool {
+    is_sof(m) || m == SOF55
+}
+
+/// True when `src` holds a start-of-image marker (`FF D8`) at `at`.
+pub(crate) fn starts_with_soi<S: MarkerSource + ?Sized>(src: &S, at: u64) -> bool {
+    src.byte_at(at) == Some(0xFF) && src.byte_at(at + 1) == Some(SOI)
+}
+
+/// Where a [`Walker`] reads: a contiguous codestream, or a frame's fragments read in place.
+pub(crate) trait MarkerSource {
+    /// The byte at offset `at`, `None` past the end.
+    fn byte_at(&self, at: u64) -> Option<u8>;
+}
+
+impl MarkerSource for [u8] {
+    fn byte_at(&self, at: u64) -> Option<u8> {
+        self.get(usize::try_from(at).ok()?).copied()
+    }
+}
+
+/// One marker segment found by [`Walker::next_segment`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub marker: u8,
+    /// Offset of the segment's length field (its payload starts 2 bytes later); for EOI,
+    /// which has no length, the offset after the marker.
+    pub at: u64,
+    /// The length field (it counts itself); 0 for EOI.
+    pub len: u16,
+}
+
+impl Segment {
+    /// Offset of the payload's first byte (the byte after the length field).
+    pub fn payload_at(&self) -> u64 {
+        self.at + 2
+    }
+
+    /// The payload in a contiguous stream (`None` when the stream ends inside it).
+    pub fn payload<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+        let start = usize::try_from(self.payload_at()).ok()?;
+        let end = usize::try_from(self.at + self.len as u64).ok()?;
+        data.get(start..end)
+    }
+}
+
+/// Why a [`Walker`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WalkError {
+    /// The data ends before the next marker or inside a length field.
+    Truncated,
+    /// A segment's length field is below 2 (it counts itself).
+    Length { marker: u8, len: u16 },
+    /// More bytes scanned than the walker's budget allows.
+    Budget,
+}
+
+/// Walks marker segments the way IJG (and jpeg-decoder) do: garbage between segments is skipped
+/// up to the next `FF`, fill bytes (`FF FF`) are skipped, `FF 00` is stuffed entropy data and
+/// not a marker, and the markers without a length (SOI, TEM, RSTn) are stepped over. Segments
+/// are skipped by their length; the caller reads the ones it wants and stops where it wants
+/// (usually at SOS or EOI).
+pub(crate) struct Walker<'a, S: ?Sized> {
+    src: &'a S,
+    /// Offset of the next byte read.
+    pub pos: u64,
+    /// Bytes left to scan; the guard bounds its work on hostile files with it.
+    budget: u64,
+}
+
+impl<'a, S: MarkerSource + ?Sized> Walker<'a, S> {
+    /// A walker from offset `pos` (just after SOI, usually), without a budget.
+    pub fn new(src: &'a S, pos: u64) -> Self {
+        Walker {
+            src,
+            pos,
+            budget: u64::MAX,
+        }
+    }
+
+    /// Stops with [`WalkError::Budget`] after scanning `budget` bytes (a segment's skipped
+    /// payload costs nothing; its marker and length cost 4).
+    pub fn with_budget(mut self, budget: u64) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Bytes of the budget left.
+    pub fn budget_left(&self) -> u64 {
+        self.budget
+    }
+
+    fn charge(&mut self, n: u64) -> std::result::Result<(), WalkError> {
+        self.budget = self.budget.checked_sub(n).ok_or(WalkError::Budget)?;
+        Ok(())
+    }
+
+    fn byte(&mut self) -> std::result::Result<u8, WalkError> {
+        self.charge(1)?;
+        let b = self.src.byte_at(self.pos).ok_or(WalkError::Truncated)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    /// The next marker code (IJG `next_marker`); `pos` ends just after it.
+    pub fn next_marker(&mut self) -> std::result::Result<u8, WalkError> {
+        loop {
+            while self.byte()? != 0xFF {}
+            let mut c = self.byte()?;
+            while c == 0xFF {
+                c = self.byte()?;
+            }
+            if c != 0 {
+                return Ok(c);
+            }
+            // FF 00 is stuffed entropy data, not a marker: keep scanning.
+        }
+    }
+
+    /// The next segment with a length, or EOI; `pos` ends after the segment (for SOS, at the
+    /// start of the entropy-coded data).
+    pub fn next_segment(&mut self) -> std::result::Result<Segment, WalkError> {
+        loop {
+            let marker = self.next_marker()?;
+            match marker {
+                SOI | TEM | RST0..=RST7 => continue,
+                EOI => {
+                    return Ok(Segment {
+                        marker,
+                        at: self.pos,
+                        len: 0,
+                    })
+                }
+                _ => {}
+            }
+            self.charge(4)?;
+            let (Some(hi), Some(lo)) = (self.src.byte_at(self.pos), self.src.byte_at(self.pos + 1))
+            else {
+                return Err(WalkError::Truncated);
+            };
+            let len = u16::from_be_bytes([hi, lo]);
+            if len < 2 {
+                return Err(WalkError::Length { marker, len });
+            }
+            let seg = Segment {
+                marker,
+                at: self.pos,
+                len,
+            };
+            self.pos += len as u64;
+            return Ok(seg);
+        }
+    }
 }
 
 /// One component line of the SOF segment.
@@ -344,4 +498,78 @@ fn read_dqt(cur: &mut Cursor, quant: &mut [Option<[u16; 64]>; 4]) -> Result<()> 
         return err("bad DQT segment length");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod walker_tests {
+    use super::*;
+
+    /// SOI, APP0 (4 payload bytes), garbage, fill bytes, RST0, SOF0, SOS, entropy data, EOI.
+    fn stream() -> Vec<u8> {
+        let mut d = vec![0xFF, SOI];
+        d.extend_from_slice(&[0xFF, 0xE0, 0, 6, 1, 2, 3, 4]);
+        d.extend_from_slice(&[0x12, 0x34, 0xFF, 0x00]); // garbage and a stuffed FF 00
+        d.extend_from_slice(&[0xFF, 0xFF, 0xFF, RST0]);
+        d.extend_from_slice(&[0xFF, 0xC0, 0, 11, 8, 0, 16, 0, 32, 1, 1, 0x11, 0]);
+        d.extend_from_slice(&[0xFF, SOS, 0, 8, 1, 1, 0, 0, 63, 0]);
+        d.extend_from_slice(&[0xAB, 0xFF, 0x00, 0xCD, 0xFF, EOI]);
+        d
+    }
+
+    #[test]
+    fn walks_segments_over_garbage_fill_bytes_and_standalone_markers() {
+        let d = stream();
+        assert!(starts_with_soi(d.as_slice(), 0));
+        let mut w = Walker::new(d.as_slice(), 2);
+        let app = w.next_segment().unwrap();
+        assert_eq!((app.marker, app.len), (0xE0, 6));
+        assert_eq!(app.payload(&d), Some(&[1u8, 2, 3, 4][..]));
+        let sof = w.next_segment().unwrap();
+        assert_eq!(sof.marker, 0xC0);
+        assert!(is_frame_header(sof.marker) && is_sof(sof.marker));
+        let p = sof.payload(&d).unwrap();
+        assert_eq!((p[0], u16::from_be_bytes([p[1], p[2]])), (8, 16));
+        assert_eq!(w.next_segment().unwrap().marker, SOS);
+        // Entropy data: FF 00 is not a marker, the walk ends on EOI.
+        let eoi = w.next_segment().unwrap();
+        assert_eq!((eoi.marker, eoi.len), (EOI, 0));
+        assert_eq!(w.next_segment(), Err(WalkError::Truncated));
+    }
+
+    #[test]
+    fn reports_truncation_short_lengths_and_an_exhausted_budget() {
+        let d = stream();
+        // Cut inside the SOF's length field.
+        let cut = &d[..d.iter().position(|&b| b == 0xC0).unwrap() + 2];
+        let mut w = Walker::new(cut, 2);
+        assert_eq!(w.next_segment().map(|s| s.marker), Ok(0xE0));
+        assert_eq!(w.next_segment(), Err(WalkError::Truncated));
+        let bad = [0xFF, SOI, 0xFF, 0xDB, 0, 1];
+        let mut w = Walker::new(&bad[..], 2);
+        assert_eq!(
+            w.next_segment(),
+            Err(WalkError::Length {
+                marker: 0xDB,
+                len: 1
+            })
+        );
+        // Garbage longer than the budget.
+        let mut long = vec![0xFF, SOI];
+        long.extend(std::iter::repeat_n(0x55, 100));
+        long.extend_from_slice(&[0xFF, EOI]);
+        let mut w = Walker::new(long.as_slice(), 2).with_budget(50);
+        assert_eq!(w.next_segment(), Err(WalkError::Budget));
+        let mut w = Walker::new(long.as_slice(), 2).with_budget(200);
+        assert_eq!(w.next_segment().map(|s| s.marker), Ok(EOI));
+        assert!(w.budget_left() < 200 - 100);
+    }
+
+    #[test]
+    fn jpeg_ls_frame_headers_count_as_frame_headers() {
+        assert!(is_frame_header(SOF55));
+        assert!(!is_sof(SOF55));
+        for m in [0xC4, 0xC8, 0xCC, SOS, 0xE0] {
+            assert!(!is_frame_header(m), "{m:#x}");
+        }
+    }
 }

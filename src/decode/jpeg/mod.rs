@@ -34,7 +34,7 @@ mod frame;
 mod huffman;
 mod idct;
 mod lossless;
-mod markers;
+pub(crate) mod markers;
 mod scan;
 mod upsample;
 

@@ -396,7 +396,7 @@ pub fn response_status(bytes: &[u8]) -> Result<(u16, Option<String>), CommandErr
 mod tests {
     use super::*;
 
-    const CT: &str = "1.2.840.10008.5.1.4.1.1.2";
+    const CT: &str = dicom_dictionary_std::uids::CT_IMAGE_STORAGE;
 
     #[test]
     fn a_store_request_round_trips() {
