@@ -81,7 +81,13 @@ fn png(path: &Path) -> Img {
     }
 }
 
+/// Says why a check did not run; under `DICOMFLOW_REQUIRE_TOOLS=1` (set by .ci/run, which
+/// installs every tool these tests use) a missing tool is a failure instead.
 fn skip(test: &str, why: &str) {
+    assert!(
+        std::env::var_os("DICOMFLOW_REQUIRE_TOOLS").is_none(),
+        "DICOMFLOW_REQUIRE_TOOLS is set, but {test} cannot run: {why}"
+    );
     let _ = writeln!(std::io::stderr(), "skipping {test}: {why}");
 }
 
