@@ -57,6 +57,32 @@ fn sources(args: &RunArgs) -> Result<Sources, FatalError> {
     })
 }
 
+/// Stops a run whose input path does not exist before any work, as a usage error (exit 2):
+/// a mistyped path is not a file that failed to render.
+pub fn check_inputs(inputs: &[PathBuf]) -> Result<(), FatalError> {
+    for input in inputs {
+        if let Err(e) = std::fs::metadata(input) {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return Err(FatalError::Config(format!(
+                    "input {}: no such file or folder",
+                    Escaped(input)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The line said when the inputs held no file at all (an empty folder), which is no error but
+/// rarely what was meant.
+pub fn nothing_found(inputs: &[PathBuf]) -> String {
+    let names: Vec<String> = inputs.iter().map(|p| Escaped(p).to_string()).collect();
+    format!(
+        "dicomflow: warning: no input files found in {}",
+        names.join(", ")
+    )
+}
+
 fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -79,6 +105,7 @@ pub fn execute(
         .checked_sub(started.elapsed())
         .unwrap_or(UNIX_EPOCH);
     let settings = Settings::resolve(args.job.config.as_deref(), &args.to_raw())?;
+    check_inputs(&args.inputs)?;
     let sources = sources(args)?;
     // A shard's report is written whether asked for or not: the merge needs every shard's.
     let report_path: Option<PathBuf> = settings.report.clone().or_else(|| {
@@ -171,6 +198,9 @@ pub fn execute(
     } else {
         // -q keeps errors: the failed files, one line each.
         print::err(&report::failures(&result));
+    }
+    if result.totals.files == 0 && args.manifest.is_none() && args.shard.is_none() {
+        print::errln(&nothing_found(&args.inputs));
     }
     for what in &unwritten {
         print::errln(&format!("dicomflow: error: {what}"));
