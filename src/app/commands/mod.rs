@@ -12,5 +12,6 @@ mod live;
 pub mod report_merge;
 pub mod run;
 pub mod scan;
+pub mod single;
 pub mod synth;
 pub mod watch;

@@ -14,6 +14,7 @@ use dicomflow::source::shard::{Shard, ShardBy, ShardRequest};
 use dicomflow::source::Sources;
 
 use crate::app::cli::RunArgs;
+use crate::app::commands::single;
 use crate::app::config::Settings;
 use crate::app::report::{self, ProcessTimes, RunFiles, ShardSection};
 use crate::app::{dashboard, print, signals};
@@ -22,7 +23,7 @@ use crate::app::{dashboard, print, signals};
 pub const SHARD_REPORTS: &str = ".dicomflow/reports";
 
 /// What the run reads, from `--manifest`, `--shard`, `--shard-count` and `--shard-by`.
-fn sources(args: &RunArgs) -> Result<Sources, FatalError> {
+fn sources(args: &RunArgs, inputs: &[PathBuf]) -> Result<Sources, FatalError> {
     let config = |e: &dyn std::fmt::Display| FatalError::Config(e.to_string());
     let shard = match &args.shard {
         Some(spec) => {
@@ -51,7 +52,7 @@ fn sources(args: &RunArgs) -> Result<Sources, FatalError> {
             }
         }
         None => Sources::Walk {
-            inputs: args.inputs.clone(),
+            inputs: inputs.to_vec(),
             shard: shard.map(|s| (s, by)),
         },
     })
@@ -60,7 +61,13 @@ fn sources(args: &RunArgs) -> Result<Sources, FatalError> {
 /// Stops a run whose input path does not exist before any work, as a usage error (exit 2):
 /// a mistyped path is not a file that failed to render.
 pub fn check_inputs(inputs: &[PathBuf]) -> Result<(), FatalError> {
-    for input in inputs {
+    let dashes = inputs.iter().filter(|p| single::is_dash(p)).count();
+    if dashes > 1 {
+        return Err(FatalError::Config(
+            "input - (stdin) given more than once".into(),
+        ));
+    }
+    for input in inputs.iter().filter(|p| !single::is_dash(p)) {
         if let Err(e) = std::fs::metadata(input) {
             if e.kind() == std::io::ErrorKind::NotFound {
                 return Err(FatalError::Config(format!(
@@ -104,9 +111,30 @@ pub fn execute(
     let started_at = SystemTime::now()
         .checked_sub(started.elapsed())
         .unwrap_or(UNIX_EPOCH);
-    let settings = Settings::resolve(args.job.config.as_deref(), &args.to_raw())?;
     check_inputs(&args.inputs)?;
-    let sources = sources(args)?;
+    let mut raw = args.to_raw();
+    // `-o name.png` / `-o -`: the run renders into a scratch folder, then the image is moved.
+    let single = match single::target(args)? {
+        Some((target, format)) => {
+            let scratch = single::scratch_for(&target)?;
+            raw.output.dir = Some(scratch.0.clone());
+            if let Some(f) = format {
+                raw.output.format = Some(f.to_string());
+            }
+            Some((target, scratch))
+        }
+        None => None,
+    };
+    // `-` as input: stdin, copied to a scratch file first (the pipeline reads files).
+    let mut inputs = args.inputs.clone();
+    let mut _stdin_copy = None;
+    if let Some(dash) = inputs.iter_mut().find(|p| single::is_dash(p)) {
+        let (scratch, file) = single::stdin_to_file()?;
+        *dash = file;
+        _stdin_copy = Some(scratch);
+    }
+    let settings = Settings::resolve(args.job.config.as_deref(), &raw)?;
+    let sources = sources(args, &inputs)?;
     // A shard's report is written whether asked for or not: the merge needs every shard's.
     let report_path: Option<PathBuf> = settings.report.clone().or_else(|| {
         let shard = sources.shard().filter(|_| args.shard.is_some())?;
@@ -202,10 +230,20 @@ pub fn execute(
     if result.totals.files == 0 && args.manifest.is_none() && args.shard.is_none() {
         print::errln(&nothing_found(&args.inputs));
     }
+    let mut undelivered = false;
+    if let Some((target, scratch)) = &single {
+        if let Err(e) = single::deliver(scratch, target) {
+            print::errln(&format!("dicomflow: error: {e}"));
+            undelivered = true;
+        }
+    }
     for what in &unwritten {
         print::errln(&format!("dicomflow: error: {what}"));
     }
     let code = result.exit_code();
+    if code == 0 && undelivered {
+        return Ok(1);
+    }
     Ok(if code == 0 && !unwritten.is_empty() {
         2
     } else {
