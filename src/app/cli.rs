@@ -301,6 +301,11 @@ pub struct RunArgs {
     /// manifest has UIDs).
     #[arg(long, value_name = "path|series", requires = "shard")]
     pub shard_by: Option<String>,
+    /// With --skip-existing, when the images present were rendered with other settings (window,
+    /// format, operators; recorded in OUT/.dicomflow/run.json): render them all again instead
+    /// of refusing.
+    #[arg(long, requires = "skip_existing")]
+    pub rerender_changed: bool,
     #[command(flatten)]
     pub job: JobArgs,
 }
@@ -385,7 +390,8 @@ pub struct JobArgs {
     /// Write a Chrome trace-event timeline (Perfetto).
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// Skip inputs whose outputs exist (resume a killed run).
+    /// Skip inputs whose outputs exist (resume a killed run). `run` refuses when the settings
+    /// that made them (OUT/.dicomflow/run.json) differ; see --rerender-changed.
     #[arg(long)]
     pub skip_existing: bool,
     /// When outputs reach the disk: run (at the end), file (each before its name), none

@@ -9,6 +9,7 @@ pub mod bench_transfer;
 pub mod inspect;
 pub mod listen;
 mod live;
+pub mod record;
 pub mod report_merge;
 pub mod run;
 pub mod scan;

@@ -14,7 +14,7 @@ use dicomflow::source::shard::{Shard, ShardBy, ShardRequest};
 use dicomflow::source::Sources;
 
 use crate::app::cli::RunArgs;
-use crate::app::commands::single;
+use crate::app::commands::{record, single};
 use crate::app::config::Settings;
 use crate::app::report::{self, ProcessTimes, RunFiles, ShardSection};
 use crate::app::{dashboard, print, signals};
@@ -133,8 +133,33 @@ pub fn execute(
         *dash = file;
         _stdin_copy = Some(scratch);
     }
-    let settings = Settings::resolve(args.job.config.as_deref(), &raw)?;
+    let mut settings = Settings::resolve(args.job.config.as_deref(), &raw)?;
     let sources = sources(args, &inputs)?;
+    // The settings that made the images already in the output folder (a named image or
+    // stdout has no folder to keep them in).
+    let recording = single.is_none();
+    let asked_skip_existing = settings.job.output.skip_existing;
+    let mut settings_changed = false;
+    if recording {
+        if let record::Verdict::Changed(changed) =
+            record::check(&settings.job.output.dir, &settings.job)?
+        {
+            settings_changed = true;
+            if settings.job.output.skip_existing {
+                if !args.rerender_changed {
+                    return Err(record::refusal(&settings.job.output.dir, &changed));
+                }
+                // Every image rendered again: none of those present was made this way.
+                settings.job.output.skip_existing = false;
+                if !quiet {
+                    print::errln(&format!(
+                        "dicomflow: the settings changed ({}): rendering every image again",
+                        changed.join("; ")
+                    ));
+                }
+            }
+        }
+    }
     // A shard's report is written whether asked for or not: the merge needs every shard's.
     let report_path: Option<PathBuf> = settings.report.clone().or_else(|| {
         let shard = sources.shard().filter(|_| args.shard.is_some())?;
@@ -229,6 +254,15 @@ pub fn execute(
     }
     if result.totals.files == 0 && args.manifest.is_none() && args.shard.is_none() {
         print::errln(&nothing_found(&args.inputs));
+    }
+    if recording && (asked_skip_existing || record::exists(&settings.job)) {
+        // A stopped run that changed the settings leaves images of both kinds.
+        let stopped = result.cancelled || result.totals.files_cancelled > 0;
+        if let Err(e) = record::write(&settings.job, stopped && settings_changed) {
+            print::errln(&format!(
+                "dicomflow: warning: the record of the settings: {e}"
+            ));
+        }
     }
     let mut undelivered = false;
     if let Some((target, scratch)) = &single {
