@@ -244,7 +244,7 @@ pub enum TuiMode {
 pub struct DashboardOptions {
     pub tui: TuiMode,
     pub tick_ms: u64,
-    /// Where logs go while the dashboard owns the terminal; `None` = `OUT/dicomflow.log`.
+    /// Where logs go while the dashboard owns the terminal; `None` = `OUT/.dicomflow/dicomflow.log`.
     #[serde(serialize_with = "dicomflow::paths::serialize_opt")]
     pub log_file: Option<PathBuf>,
 }

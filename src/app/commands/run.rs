@@ -190,7 +190,11 @@ pub fn execute(
     let stats = Stats::new();
     let cancel = Arc::new(AtomicBool::new(false));
     signals::cancel_on_interrupt(cancel.clone());
-    let display = dashboard::Options::of(&settings, quiet, None);
+    let mut display = dashboard::Options::of(&settings, quiet, None);
+    if single.is_some() && settings.dashboard.log_file.is_none() {
+        // The scratch output folder is removed at the end: the log goes to the state folder.
+        display.log_file = dashboard::state_log_file();
+    }
     let result = dashboard::supervise(&display, &stats, &cancel, tracer.as_ref(), || {
         dicomflow::pipeline::run_sources(
             &settings.job,
