@@ -1,8 +1,8 @@
 //! What the user sees when something is off (issue 21, "rough edges"): a failure every file
 //! shares said once, a mistyped input path or an empty input said before or instead of a
 //! performance table, `run --help` with defaults and its tuning flags apart, flag names (not
-//! configuration keys) in the errors of flags, `inspect`'s wording, and naming patterns with
-//! any keyword of the DICOM dictionary.
+//! configuration keys) in the errors of flags, `inspect`'s wording and its folder view, and
+//! naming patterns with any keyword of the DICOM dictionary.
 
 mod common;
 use common::{bin, file_names, tempdir};
@@ -255,5 +255,58 @@ fn naming_patterns_take_any_dictionary_keyword() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("SeriesDescriptoin"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn inspect_of_a_folder_lists_each_series_and_a_total() {
+    let root = tempdir("use-inspect-folder");
+    for (dir, extra) in [
+        ("a", &["--slices", "3"][..]),
+        ("b", &["--slices", "2", "--seed", "7", "--rgb"][..]),
+    ] {
+        let mut args = vec![
+            "synth".to_string(),
+            root.join(dir).to_str().unwrap().to_owned(),
+            "--size".into(),
+            "16".into(),
+            "-q".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let o = Command::new(bin()).args(&args).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    std::fs::write(root.join("notes.txt"), "not DICOM").unwrap();
+    let o = dicomflow(&["inspect", root.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let ct = lines
+        .iter()
+        .find(|l| l.contains(" CT "))
+        .unwrap_or_else(|| panic!("{text}"));
+    for needle in [
+        "series 2.25.",
+        "study 2.25.",
+        "16x16",
+        "3 file(s), 3 frame(s)",
+        "Explicit VR Little Endian",
+        "windows 40,400 -600,1500",
+    ] {
+        assert!(ct.contains(needle), "{needle:?} not in {ct}");
+    }
+    let ot = lines
+        .iter()
+        .find(|l| l.contains(" OT "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        ot.contains("2 file(s), 2 frame(s)") && ot.contains("windows none"),
+        "{ot}"
+    );
+    assert_eq!(
+        lines[2],
+        "total: 2 series, 5 DICOM file(s), 5 frame(s); 1 other file(s); 0 unreadable"
+    );
     std::fs::remove_dir_all(&root).unwrap();
 }

@@ -33,7 +33,7 @@ pub enum Command {
     Watch(Box<WatchArgs>),
     /// Write a deterministic phantom series as DICOM files.
     Synth(SynthArgs),
-    /// Show what will be rendered for one file and how.
+    /// Show what will be rendered for one file and how, or the series under a folder.
     Inspect(InspectArgs),
     /// List the files under some inputs once (relative path, size; UIDs with --with-series) in
     /// a manifest, for sharded runs that then need no walk (`run --manifest`).
@@ -546,7 +546,7 @@ pub struct SynthArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The DICOM file.
+    /// The DICOM file, or a folder: one line per series under it, and a total.
     pub file: PathBuf,
     /// Window to explain (as for `run`).
     #[arg(long, default_value = "file", allow_hyphen_values = true)]

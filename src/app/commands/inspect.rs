@@ -1,6 +1,7 @@
 //! `dicomflow inspect FILE`: what will be rendered and how — dimensions, frames, transfer
-//! syntax, bits, photometric interpretation, rescale and LUTs, every window with its index,
-//! the window the current settings choose, and who would compress the output (GPU or CPU, why).
+//! syntax, bits, photometric interpretation, series, instance, spacing, rescale and LUTs, every
+//! window with its index, overlays, the window the current settings choose, and who would
+//! compress the output (GPU or CPU, why). A folder: [`super::inspect_folder`].
 
 use std::fmt::Write;
 use std::path::Path;
@@ -407,6 +408,11 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
             )))
         }
     };
+    if a.file.is_dir() {
+        crate::app::print::out(&super::inspect_folder::describe(&a.file))
+            .map_err(|e| FatalError::Other(format!("writing to stdout: {e}")))?;
+        return Ok(0);
+    }
     match describe(
         &a.file,
         &RenderOptions {

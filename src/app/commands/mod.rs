@@ -7,6 +7,7 @@ pub mod bench_gpu_encode;
 pub mod bench_listen;
 pub mod bench_transfer;
 pub mod inspect;
+pub mod inspect_folder;
 pub mod listen;
 mod live;
 pub mod record;
