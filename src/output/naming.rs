@@ -261,7 +261,9 @@ mod tests {
     #[test]
     fn patterns_are_checked() {
         assert!(check_pattern("{SeriesInstanceUID}/{InstanceNumber:04}").is_ok());
-        assert!(check_pattern("{PatientName}").is_err());
+        // Any keyword of the dictionary (issue 21), a name that is none is refused.
+        assert!(check_pattern("{PatientName}").is_ok());
+        assert!(check_pattern("{PatientNam}").is_err());
         assert!(check_pattern("../{stem}").is_err());
         assert!(check_pattern("/abs/{stem}").is_err());
         assert!(check_pattern("{stem").is_err());
