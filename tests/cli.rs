@@ -1,5 +1,6 @@
 //! The command-line contract scripts rely on: output names (mirrored tree, extension replaced,
-//! direct files, multi-frame suffixes, naming patterns), configuration errors (exit code 2,
+//! direct files, several folders each under its own name, one file to a named image, to stdout
+//! and from stdin, multi-frame suffixes, naming patterns), configuration errors (exit code 2,
 //! naming the key, value and file), and `inspect`.
 
 mod common;
@@ -338,4 +339,174 @@ fn the_summary_says_gpu_decode_is_off_on_the_cpu_backend() {
     ]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("gpu decode"));
     std::fs::remove_dir_all(&out_dir).unwrap();
+}
+
+#[test]
+fn several_folder_inputs_are_each_mirrored_under_their_own_name() {
+    let root = tempdir("cli-multi");
+    // Two series whose files have the same names.
+    synth(&root.join("in/a"), &["--slices", "2"]);
+    synth(&root.join("in/b"), &["--slices", "2"]);
+    let (a, b) = (root.join("in/a"), root.join("in/b"));
+    let single = root.join("in/b/IM00002.dcm");
+    let out = root.join("out");
+    let o = dicomflow(&[
+        "run",
+        &format!("{}/", a.display()),
+        b.to_str().unwrap(),
+        single.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // As `cp -r a/ b OUT/` lays them out; the file given directly (also under b, so rendered
+    // once) keeps b's name.
+    assert_eq!(
+        file_names(&out),
+        [
+            "a/IM00001.png",
+            "a/IM00002.png",
+            "b/IM00001.png",
+            "b/IM00002.png"
+        ]
+    );
+    // Two folders of the same name still collide: the message names both inputs.
+    let other = root.join("other/a");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(root.join("in/b/IM00001.dcm"), other.join("IM00001.dcm")).unwrap();
+    let o = dicomflow(&[
+        "run",
+        a.to_str().unwrap(),
+        other.to_str().unwrap(),
+        "-o",
+        root.join("out2").to_str().unwrap(),
+        "-q",
+        "--no-tui",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let first = a.join("IM00001.dcm");
+    let second = other.join("IM00001.dcm");
+    let line = err
+        .lines()
+        .find(|l| l.contains("is already the output of"))
+        .unwrap_or_else(|| panic!("no collision in:\n{err}"));
+    assert!(line.contains(second.to_str().unwrap()), "{line}");
+    assert!(line.contains(first.to_str().unwrap()), "{line}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
+    let root = tempdir("cli-single");
+    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/IM00100.dcm");
+    let folder = root.join("folder");
+    let o = dicomflow(&[
+        "run",
+        f.to_str().unwrap(),
+        "-o",
+        folder.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let expected = std::fs::read(folder.join("IM00100.png")).unwrap();
+    // -o name.png: exactly that file, nothing else beside it.
+    let named = root.join("sub/name.png");
+    let o = dicomflow(&[
+        "run",
+        f.to_str().unwrap(),
+        "-o",
+        named.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(named.is_file(), "{} is not a file", named.display());
+    assert_eq!(std::fs::read(&named).unwrap(), expected);
+    assert_eq!(file_names(&root.join("sub")), ["name.png"]);
+    // The name's extension picks the format; --format may not contradict it.
+    let jpg = root.join("name.jpg");
+    let o = dicomflow(&[
+        "run",
+        f.to_str().unwrap(),
+        "-o",
+        jpg.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(&std::fs::read(&jpg).unwrap()[..2], &[0xFF, 0xD8]);
+    let o = dicomflow(&[
+        "run",
+        f.to_str().unwrap(),
+        "-o",
+        root.join("x.png").to_str().unwrap(),
+        "--format",
+        "jpeg",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    // -o -: the image on stdout.
+    let o = dicomflow(&["run", f.to_str().unwrap(), "-o", "-", "-q", "--no-tui"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(o.stdout, expected);
+    // - as input: one DICOM file from stdin, to stdout or to a folder (as `stdin.png`).
+    let piped = |out: &str| {
+        Command::new(bin())
+            .args(["run", "-", "-o", out, "-q", "--no-tui"])
+            .stdin(std::fs::File::open(&f).unwrap())
+            .output()
+            .unwrap()
+    };
+    let o = piped("-");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.stdout, expected);
+    let o = piped(root.join("from-stdin").to_str().unwrap());
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(file_names(&root.join("from-stdin")), ["stdin.png"]);
+    // -o - takes one image: a folder input is a usage error, and so is a multi-frame file
+    // without --frames (its frames cannot all go to one file).
+    let o = dicomflow(&["run", "assets/sample", "-o", "-", "-q"]);
+    assert_eq!(o.status.code(), Some(2));
+    synth(&root.join("mf"), &["--slices", "3", "--multiframe"]);
+    let mf = root.join("mf/MF00001.dcm");
+    let one = root.join("frame.png");
+    let o = dicomflow(&[
+        "run",
+        mf.to_str().unwrap(),
+        "-o",
+        one.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--frames"));
+    assert!(!one.exists());
+    let o = dicomflow(&[
+        "run",
+        mf.to_str().unwrap(),
+        "-o",
+        one.to_str().unwrap(),
+        "--frames",
+        "2",
+        "-q",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(one.is_file());
+    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -244,7 +244,13 @@ fn dashboard_in_tmux_quits_cleanly_with_q() {
     for e in std::fs::read_dir(&out).unwrap() {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if name == "dicomflow.log" {
+        if name == ".dicomflow" {
+            // The run's state folder: the dashboard's log, not an output.
+            assert!(
+                p.join("dicomflow.log").is_file(),
+                "no log in {}",
+                p.display()
+            );
             continue;
         }
         assert!(name.ends_with(".png"), "unexpected file {name}");

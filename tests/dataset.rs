@@ -376,24 +376,26 @@ fn output_sizes_follow_resize_fit_and_scale() {
 }
 
 #[test]
-fn bad_operator_values_are_usage_errors_naming_the_key() {
+fn bad_operator_values_are_usage_errors_naming_the_flag() {
+    // The flag the user typed (issue 21), except where two settings disagree: that message
+    // names both configuration keys.
     let root = tempdir("ds-bad");
     let input = root.join("ct.dcm");
     write_ct(&input, 8, 8);
     let out = root.join("o");
     for (args, key) in [
-        (vec!["--rotate", "45"], "render.rotate"),
-        (vec!["--resize", "0x5"], "render.resize"),
-        (vec!["--flip", "x"], "render.flip"),
-        (vec!["--interpolation", "cubic"], "render.interpolation"),
-        (vec!["--scale", "0"], "render.scale"),
-        (vec!["--frames", "0"], "render.frames"),
+        (vec!["--rotate", "45"], "--rotate"),
+        (vec!["--resize", "0x5"], "--resize"),
+        (vec!["--flip", "x"], "--flip"),
+        (vec!["--interpolation", "cubic"], "--interpolation"),
+        (vec!["--scale", "0"], "--scale"),
+        (vec!["--frames", "0"], "--frames"),
         (vec!["--resize", "64", "--fit", "pad"], "render.fit"),
         (
             vec![
                 "--window", "1,2", "--window", "1,2", "--window", "1,2", "--window", "1,2",
             ],
-            "render.window",
+            "--window",
         ),
     ] {
         let mut a = vec!["run", s(&input), "-o", s(&out), "--no-tui"];

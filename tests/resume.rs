@@ -1,5 +1,6 @@
 //! A run killed with SIGKILL leaves no partial output file, and `--skip-existing` then
-//! completes exactly the missing outputs (issue: foundation, acceptance 4).
+//! completes exactly the missing outputs (issue: foundation, acceptance 4); it never keeps
+//! images rendered with other settings (issue 21: a new window silently kept the old images).
 
 mod common;
 use common::{bin, decodes_completely, tempdir};
@@ -17,11 +18,13 @@ fn pngs(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// The entries of `dir`, less the run's own state folder (`.dicomflow`: the settings record).
 fn all_entries(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n != ".dicomflow")
                 .collect()
         })
         .unwrap_or_default();
@@ -216,5 +219,69 @@ fn sigterm_finishes_the_slices_in_flight_exits_130_and_skip_existing_completes_t
         .unwrap();
     assert_eq!(status.code(), Some(0));
     assert_eq!(pngs(&out).len(), SLICES);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+fn run_sample(out: &Path, extra: &[&str]) -> std::process::Output {
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample");
+    Command::new(bin())
+        .args(["run", sample.to_str().unwrap(), "-o", out.to_str().unwrap()])
+        .args(["--no-tui", "--skip-existing"])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn skip_existing_refuses_images_of_other_settings_or_renders_them_again() {
+    let root = tempdir("resume-settings");
+    let out = root.join("out");
+    let o = run_sample(&out, &["-q"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(out.join(".dicomflow/run.json").is_file());
+    let first = std::fs::read(out.join("IM00001.png")).unwrap();
+    // The same settings: everything is skipped.
+    let o = run_sample(&out, &[]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("0 written, 200 already present"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Another window: refused before any work, naming what changed; the images stay.
+    let o = run_sample(&out, &["--window", "100,200", "-q"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("window:"), "{err}");
+    assert!(err.contains("--rerender-changed"), "{err}");
+    assert_eq!(std::fs::read(out.join("IM00001.png")).unwrap(), first);
+    // --rerender-changed renders every image again, and the record follows.
+    let o = run_sample(&out, &["--window", "100,200", "--rerender-changed"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("200 written"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_ne!(std::fs::read(out.join("IM00001.png")).unwrap(), first);
+    let o = run_sample(&out, &["--window", "100,200", "-q"]);
+    assert_eq!(o.status.code(), Some(0));
+    // A run without --skip-existing keeps an existing record up to date.
+    let o = Command::new(bin())
+        .args([
+            "run",
+            "assets/sample",
+            "-o",
+            out.to_str().unwrap(),
+            "-q",
+            "--no-tui",
+        ])
+        .args(["--format", "jpeg"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let o = run_sample(&out, &["--window", "100,200", "-q"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("format:"));
     std::fs::remove_dir_all(&root).unwrap();
 }

@@ -33,7 +33,7 @@ pub enum Command {
     Watch(Box<WatchArgs>),
     /// Write a deterministic phantom series as DICOM files.
     Synth(SynthArgs),
-    /// Show what will be rendered for one file and how.
+    /// Show what will be rendered for one file and how, or the series under a folder.
     Inspect(InspectArgs),
     /// List the files under some inputs once (relative path, size; UIDs with --with-series) in
     /// a manifest, for sharded runs that then need no walk (`run --manifest`).
@@ -301,6 +301,11 @@ pub struct RunArgs {
     /// manifest has UIDs).
     #[arg(long, value_name = "path|series", requires = "shard")]
     pub shard_by: Option<String>,
+    /// With --skip-existing, when the images present were rendered with other settings (window,
+    /// format, operators; recorded in OUT/.dicomflow/run.json): render them all again instead
+    /// of refusing.
+    #[arg(long, requires = "skip_existing")]
+    pub rerender_changed: bool,
     #[command(flatten)]
     pub job: JobArgs,
 }
@@ -325,55 +330,58 @@ pub struct JobArgs {
     /// Window: file, file:N, minmax, minmax-no-extremes, histogram:PCT, voi-lut:N, none, or C,W
     /// (use --window=-40,400 for a negative center). Given 2 or 3 times: one RGB image whose
     /// channels are those windows. Overrides the config's per-modality and per-series windows.
+    /// [default: file]
     #[arg(long, allow_hyphen_values = true, action = clap::ArgAction::Append)]
     pub window: Vec<String>,
-    /// VOI LUT function: file, linear, linear-exact, sigmoid.
+    /// VOI LUT function: file, linear, linear-exact, sigmoid. [default: file]
     #[arg(long)]
     pub voi_function: Option<String>,
     /// A frame whose compressed data ends early: fail (report it), or render what decodes
-    /// with the rest black (DCMTK's +wi).
+    /// with the rest black (DCMTK's +wi). [default: fail]
     #[arg(long)]
     pub damaged: Option<String>,
     /// Overlay planes (60xx) on grayscale frames: on (default, as dcm2pnm) or off (DCMTK -O).
     #[arg(long, value_parser = ["on", "off"])]
     pub overlays: Option<String>,
-    /// Frames of multi-frame files: all, or a list such as 1,5-10,last (1-based).
+    /// Frames of multi-frame files: all, or a list such as 1,5-10,last (1-based). [default: all]
     #[arg(long)]
     pub frames: Option<String>,
-    /// Resize: WxH (e.g. 512x512, see --fit), N (the longest side) or none.
+    /// Resize: WxH (e.g. 512x512, see --fit), N (the longest side) or none. [default: none]
     #[arg(long)]
     pub resize: Option<String>,
     /// Scale both sides by a factor (e.g. 0.5) instead of --resize.
     #[arg(long, conflicts_with = "resize")]
     pub scale: Option<f64>,
-    /// How --resize WxH meets another aspect ratio: stretch, pad (black borders) or crop.
+    /// How --resize WxH meets another aspect ratio: stretch, pad (black borders) or crop
+    /// [default: stretch]
     #[arg(long)]
     pub fit: Option<String>,
-    /// Resampling: nearest, bilinear or area (Pillow's NEAREST, BILINEAR, BOX).
+    /// Resampling: nearest, bilinear or area (Pillow's NEAREST, BILINEAR, BOX). [default: bilinear]
     #[arg(long)]
     pub interpolation: Option<String>,
-    /// Rotate clockwise: 0, 90, 180 or 270 degrees.
+    /// Rotate clockwise: 0, 90, 180 or 270 degrees. [default: 0]
     #[arg(long)]
     pub rotate: Option<i64>,
-    /// Flip after rotating: h (left-right), v (top-bottom), hv or none.
+    /// Flip after rotating: h (left-right), v (top-bottom), hv or none. [default: none]
     #[arg(long)]
     pub flip: Option<String>,
     /// Invert the rendering (255 - v).
     #[arg(long)]
     pub invert: bool,
-    /// Output format: png, jpeg, tiff, bmp, dcm (8-bit DICOM Secondary Capture).
+    /// Output format: png, jpeg, tiff, bmp, dcm (8-bit DICOM Secondary Capture). [default: png]
     #[arg(long)]
     pub format: Option<String>,
-    /// PNG compression: none, fast, balanced, best.
+    /// PNG compression: none, fast, balanced, best. [default: fast]
     #[arg(long)]
     pub png_compression: Option<String>,
-    /// PNG filter: none, sub, up, paeth, adaptive.
+    /// PNG filter: none, sub, up, paeth, adaptive. [default: adaptive]
     #[arg(long)]
     pub png_filter: Option<String>,
-    /// JPEG quality 1..=100.
+    /// JPEG quality 1..=100. [default: 90]
     #[arg(long)]
     pub jpeg_quality: Option<i64>,
-    /// Output naming: mirror, or a pattern such as "{SeriesInstanceUID}/{InstanceNumber:04}".
+    /// Output naming: mirror, or a pattern such as "{SeriesInstanceUID}/{InstanceNumber:04}"
+    /// [default: mirror]
     #[arg(long)]
     pub naming: Option<String>,
     /// Write a JSON report (per-file status, failures, totals, per-stage times).
@@ -382,54 +390,56 @@ pub struct JobArgs {
     /// Write a Chrome trace-event timeline (Perfetto).
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// Skip inputs whose outputs exist (resume a killed run).
+    /// Skip inputs whose outputs exist (resume a killed run). `run` refuses when the settings
+    /// that made them (OUT/.dicomflow/run.json) differ; see --rerender-changed.
     #[arg(long)]
     pub skip_existing: bool,
-    /// When outputs reach the disk: run (at the end), file (each before its name), none.
+    /// When outputs reach the disk: run (at the end), file (each before its name), none
+    /// [default: run]
     #[arg(long)]
     pub sync: Option<String>,
     /// Stop at the first failure.
     #[arg(long)]
     pub fail_fast: bool,
     /// Thread layout: auto, stages (loaders, render workers, writers) or shared (threads that
-    /// load and finish frames).
-    #[arg(long)]
+    /// load and finish frames). [default: auto]
+    #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub layout: Option<String>,
-    /// Loader threads (0 = auto).
-    #[arg(long)]
+    /// Loader threads (0 = auto). [default: 0]
+    #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub loaders: Option<i64>,
     /// Render worker threads (0 = auto: one per GPU stream; none with the CPU backend, whose
-    /// writers render).
-    #[arg(long)]
+    /// writers render). [default: 0]
+    #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub workers: Option<i64>,
-    /// Writer threads, or the shared layout's threads (0 = auto).
-    #[arg(long)]
+    /// Writer threads, or the shared layout's threads (0 = auto). [default: 0]
+    #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub writers: Option<i64>,
-    /// Slots in the ring (0 = auto, else at least 2).
-    #[arg(long)]
+    /// Slots in the ring (0 = auto, else at least 2). [default: 0]
+    #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub slots: Option<i64>,
-    /// Largest frame accepted, MiB.
+    /// Largest frame accepted, MiB. [default: 1024]
     #[arg(long)]
     pub max_frame_mib: Option<i64>,
-    /// Backend: auto, cuda, cpu.
-    #[arg(long)]
+    /// Backend: auto, cuda, cpu. [default: auto]
+    #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub backend: Option<String>,
-    /// GPU transfer strategy: auto, zero-copy, pinned, pageable.
-    #[arg(long)]
+    /// GPU transfer strategy: auto, zero-copy, pinned, pageable. [default: auto]
+    #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub transfer: Option<String>,
-    /// GPUs: all, or a list such as 0,1.
-    #[arg(long)]
+    /// GPUs: all, or a list such as 0,1. [default: all]
+    #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub gpus: Option<String>,
-    /// CUDA streams per device.
-    #[arg(long)]
+    /// CUDA streams per device. [default: 2]
+    #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub streams: Option<i64>,
-    /// Compressed frames decoded on the GPU: lossless, all, none.
+    /// Compressed frames decoded on the GPU: lossless, all, none. [default: lossless]
     #[arg(long)]
     pub gpu_decode: Option<String>,
-    /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU.
+    /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU. [default: 16]
     #[arg(long)]
     pub decode_streams: Option<i64>,
-    /// Who compresses PNG/JPEG output beside the CUDA backend: auto, gpu, cpu.
+    /// Who compresses PNG/JPEG output beside the CUDA backend: auto, gpu, cpu. [default: auto]
     #[arg(long)]
     pub gpu_encode: Option<String>,
     /// Show the live dashboard even when stderr is not a terminal.
@@ -536,7 +546,7 @@ pub struct SynthArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The DICOM file.
+    /// The DICOM file, or a folder: one line per series under it, and a total.
     pub file: PathBuf,
     /// Window to explain (as for `run`).
     #[arg(long, default_value = "file", allow_hyphen_values = true)]

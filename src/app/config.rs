@@ -244,7 +244,7 @@ pub enum TuiMode {
 pub struct DashboardOptions {
     pub tui: TuiMode,
     pub tick_ms: u64,
-    /// Where logs go while the dashboard owns the terminal; `None` = `OUT/dicomflow.log`.
+    /// Where logs go while the dashboard owns the terminal; `None` = `OUT/.dicomflow/dicomflow.log`.
     #[serde(serialize_with = "dicomflow::paths::serialize_opt")]
     pub log_file: Option<PathBuf>,
 }
@@ -306,10 +306,27 @@ fn bad(
             }
         })
         .collect();
+    // On the command line the user typed a flag, not a configuration key: name the flag.
+    let name = match origin {
+        Origin::Cli => flag_of(key),
+        _ => key.to_string(),
+    };
     FatalError::Config(format!(
-        "{origin}: invalid value `{shown}` for `{key}`: {}",
+        "{origin}: invalid value `{shown}` for `{name}`: {}",
         why.as_ref()
     ))
+}
+
+/// The flag that sets configuration key `key` (`render.window` → `--window`).
+fn flag_of(key: &str) -> String {
+    let flag = match key {
+        "output.dir" => "output",
+        "gpu.decode" => "gpu-decode",
+        "gpu.encode" => "gpu-encode",
+        "dashboard.tui" => "tui",
+        _ => key.rsplit('.').next().unwrap_or(key),
+    };
+    format!("--{}", flag.replace('_', "-"))
 }
 
 /// The value named `v` among `choices` (name, value; aliases allowed); `why` lists the names
@@ -936,6 +953,17 @@ mod tests {
     #[test]
     fn bad_value_names_key_value_and_file() {
         let origin = Origin::File("cfg/bad.toml".into());
+        for (key, flag) in [
+            ("render.window", "--window"),
+            ("output.jpeg_quality", "--jpeg-quality"),
+            ("output.dir", "--output"),
+            ("gpu.decode", "--gpu-decode"),
+            ("gpu.decode_streams", "--decode-streams"),
+            ("pipeline.max_frame_mib", "--max-frame-mib"),
+            ("listen.ae_title", "--ae-title"),
+        ] {
+            assert_eq!(flag_of(key), flag);
+        }
         for (text, key, value) in [
             ("[render]\nwindow = \"file:0\"", "render.window", "file:0"),
             ("[output]\nformat = \"gif\"", "output.format", "gif"),

@@ -396,21 +396,51 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     s
 }
 
+/// Failures sharing one stage and reason beyond which they are said once, with a count.
+const SAME_FAILURE_LISTED: usize = 10;
+
 /// One line per failure (`path (frame n): stage: reason`), under a `failed:` heading; empty
-/// when nothing failed. Printed even with `-q`: failures are errors.
+/// when nothing failed. Printed even with `-q`: failures are errors. A failure shared by more
+/// than [`SAME_FAILURE_LISTED`] files (a setting that fails the same way for every file, such as
+/// `--window file:3` on a series with two windows) is one line with the count and the first
+/// file; the report lists every one.
 pub fn failures(result: &RunResult) -> String {
     let mut s = String::new();
     let failed: Vec<_> = result.failed().collect();
     if failed.is_empty() {
         return s;
     }
+    let mut files_per_reason: std::collections::HashMap<(dicomflow::error::Stage, &str), usize> =
+        std::collections::HashMap::new();
+    for f in &failed {
+        for x in &f.failures {
+            *files_per_reason
+                .entry((x.stage, x.reason.as_str()))
+                .or_default() += 1;
+        }
+    }
     let _ = writeln!(s, "  failed:");
+    let mut said = std::collections::HashSet::new();
     for f in failed {
         for x in &f.failures {
             let frame = x
                 .frame
                 .map(|n| format!(" (frame {})", n + 1))
                 .unwrap_or_default();
+            let key = (x.stage, x.reason.as_str());
+            let n = files_per_reason.get(&key).copied().unwrap_or(1);
+            if n > SAME_FAILURE_LISTED {
+                if said.insert(key) {
+                    let _ = writeln!(
+                        s,
+                        "    {n} failures: {}: {} (the first: {}{frame}; every one in --report)",
+                        x.stage,
+                        x.reason,
+                        Escaped(&f.path),
+                    );
+                }
+                continue;
+            }
             let _ = writeln!(
                 s,
                 "    {}{}: {}: {}",

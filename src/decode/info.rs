@@ -535,21 +535,52 @@ impl ImageInfo {
     }
 }
 
+/// Values usable in naming patterns: every short text attribute at the top level of the data
+/// set, under its keyword in the standard dictionary (`SeriesDescription`, `Modality`,
+/// `AccessionNumber` …). Binary values, sequences and long texts are left out: a file name
+/// holds a few words, and the pattern is checked against the dictionary beforehand.
 pub(crate) fn naming_values(obj: &InMemDicomObject) -> std::collections::BTreeMap<String, String> {
+    use dicom_core::dictionary::{DataDictionary, DataDictionaryEntry};
+    use dicom_core::header::Header;
+    use dicom_core::VR;
+    /// Longer values (reports, comments) make no sense in a name.
+    const LONGEST: usize = 128;
     let mut m = std::collections::BTreeMap::new();
-    for (key, tag) in [
-        ("PatientID", tags::PATIENT_ID),
-        ("StudyInstanceUID", tags::STUDY_INSTANCE_UID),
-        ("SeriesInstanceUID", tags::SERIES_INSTANCE_UID),
-        ("SeriesNumber", tags::SERIES_NUMBER),
-        ("InstanceNumber", tags::INSTANCE_NUMBER),
-        ("SOPInstanceUID", tags::SOP_INSTANCE_UID),
-        ("Modality", tags::MODALITY),
-        ("AccessionNumber", tags::ACCESSION_NUMBER),
-    ] {
-        if let Some(v) = opt_str(obj, tag) {
-            m.insert(key.to_string(), v);
+    for e in obj.iter() {
+        let textual = matches!(
+            e.vr(),
+            VR::AE
+                | VR::AS
+                | VR::CS
+                | VR::DA
+                | VR::DS
+                | VR::DT
+                | VR::IS
+                | VR::LO
+                | VR::PN
+                | VR::SH
+                | VR::TM
+                | VR::UI
+                | VR::US
+                | VR::SS
+                | VR::UL
+                | VR::SL
+        );
+        if !textual {
+            continue;
         }
+        let Some(entry) = dicom_dictionary_std::StandardDataDictionary.by_tag(e.tag()) else {
+            continue;
+        };
+        let Value::Primitive(p) = e.value() else {
+            continue;
+        };
+        let v = p.to_str();
+        let v = v.trim_matches(|c: char| c == ' ' || c == '\0');
+        if v.is_empty() || v.len() > LONGEST {
+            continue;
+        }
+        m.insert(entry.alias().to_string(), v.to_string());
     }
     m
 }

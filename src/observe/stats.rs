@@ -243,6 +243,9 @@ pub struct Totals {
     /// Frames the GPU compressed, and the compressed bytes it handed the writers.
     pub gpu_encoded_frames: AtomicU64,
     pub gpu_encoded_bytes: AtomicU64,
+    /// The scan has listed every input: the number of frames expected is known (before, an ETA
+    /// would only count what was found so far).
+    pub scan_done: std::sync::atomic::AtomicBool,
 }
 
 /// Everything the stages publish.
@@ -465,6 +468,7 @@ impl Stats {
             gpu_encoded_bytes: t.gpu_encoded_bytes.load(Ordering::Relaxed),
             paused: self.is_paused(),
             finished: self.is_finished(),
+            scan_done: t.scan_done.load(Ordering::Relaxed),
         }
     }
 }
@@ -670,6 +674,8 @@ pub struct Snapshot {
     pub gpu_encoded_bytes: u64,
     pub paused: bool,
     pub finished: bool,
+    /// See [`Totals::scan_done`].
+    pub scan_done: bool,
 }
 
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -24,6 +24,18 @@ pub const PATTERN_KEYS: [&str; 10] = [
     "dir",
 ];
 
+/// Whether `key` may be used in a pattern: one of [`PATTERN_KEYS`] or any keyword of the
+/// standard DICOM dictionary (`SeriesDescription`, `BodyPartExamined` …).
+pub fn is_pattern_key(key: &str) -> bool {
+    use dicom_core::dictionary::DataDictionary;
+    PATTERN_KEYS.contains(&key)
+        || (!key.is_empty()
+            && key.chars().all(|c| c.is_ascii_alphanumeric())
+            && dicom_dictionary_std::StandardDataDictionary
+                .by_name(key)
+                .is_some())
+}
+
 /// Checks a pattern: known keywords, balanced braces, widths up to [`MAX_WIDTH`], relative,
 /// no `..`, no control characters, and no part that is empty or hidden (`.`, `.x`): every
 /// output must be a visible file inside the output directory.
@@ -48,10 +60,10 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
             + open;
         let inner = &rest[open + 1..close];
         let key = inner.split(':').next().unwrap_or("");
-        if !PATTERN_KEYS.contains(&key) {
+        if !is_pattern_key(key) {
             return Err(format!(
-                "unknown placeholder `{{{inner}}}`; known: {}",
-                PATTERN_KEYS.join(", ")
+                "unknown placeholder `{{{inner}}}`: not a keyword of the DICOM dictionary \
+                 (such as SeriesDescription, Modality, AccessionNumber) nor stem or dir"
             ));
         }
         if let Some(fmt) = inner.split_once(':').map(|x| x.1) {
@@ -249,7 +261,9 @@ mod tests {
     #[test]
     fn patterns_are_checked() {
         assert!(check_pattern("{SeriesInstanceUID}/{InstanceNumber:04}").is_ok());
-        assert!(check_pattern("{PatientName}").is_err());
+        // Any keyword of the dictionary (issue 21), a name that is none is refused.
+        assert!(check_pattern("{PatientName}").is_ok());
+        assert!(check_pattern("{PatientNam}").is_err());
         assert!(check_pattern("../{stem}").is_err());
         assert!(check_pattern("/abs/{stem}").is_err());
         assert!(check_pattern("{stem").is_err());
@@ -262,6 +276,10 @@ mod tests {
         assert!(check_pattern(".").is_err());
         assert!(check_pattern("a/.{stem}").is_err());
         assert!(check_pattern("{stem}//x").is_err());
+        // Any keyword of the standard dictionary, nothing else.
+        assert!(check_pattern("{SeriesDescription}/{Modality}_{AccessionNumber}").is_ok());
+        assert!(check_pattern("{BodyPartExamined}/{stem}").is_ok());
+        assert!(check_pattern("{SeriesDescriptoin}").is_err());
         assert!(check_pattern("{stem}/").is_err());
     }
 

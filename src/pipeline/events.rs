@@ -311,7 +311,17 @@ pub struct Collector {
     cancel: Arc<AtomicBool>,
     stats: Arc<Stats>,
     live: Option<LiveRecords>,
+    /// How often each (stage, reason) was logged: a setting that fails the same way for every
+    /// file is logged a few times, not once per file (the summary counts them all).
+    logged: HashMap<(Stage, String), usize>,
 }
+
+/// Identical failures (same stage and reason) logged before the rest are only counted.
+const LOGGED_PER_REASON: usize = 3;
+
+/// Distinct failure reasons remembered for that; beyond, every failure is logged (a live run
+/// without end keeps bounded memory).
+const LOGGED_REASONS: usize = 1024;
 
 /// Failed files a live run keeps for its report; beyond these only the counts grow.
 const LIVE_KEPT_FAILURES: usize = 1000;
@@ -336,6 +346,7 @@ impl Collector {
             cancel,
             stats,
             live: None,
+            logged: HashMap::new(),
         }
     }
 
@@ -404,7 +415,27 @@ impl Collector {
             stage: stage.name().into(),
             reason: reason.into(),
         });
-        tracing::warn!(path = %Escaped(path), %stage, "{reason}");
+        let seen = if self.logged.len() < LOGGED_REASONS {
+            let n = self.logged.entry((stage, reason.to_string())).or_insert(0);
+            *n += 1;
+            *n
+        } else {
+            self.logged
+                .get_mut(&(stage, reason.to_string()))
+                .map(|n| {
+                    *n += 1;
+                    *n
+                })
+                .unwrap_or(1)
+        };
+        if seen <= LOGGED_PER_REASON {
+            tracing::warn!(path = %Escaped(path), %stage, "{reason}");
+        } else if seen == LOGGED_PER_REASON + 1 {
+            tracing::warn!(
+                %stage,
+                "{reason}: more files fail the same way; the summary counts them"
+            );
+        }
         if self.fail_fast {
             self.cancel.store(true, Ordering::Relaxed);
         }

@@ -116,6 +116,7 @@ pub(crate) fn scan_stage(
         last = Instant::now();
         ok
     });
+    ctx.stats.totals.scan_done.store(true, Ordering::Relaxed);
 }
 
 /// Sends what the scan found on: candidates (with their output names) to the loaders, the

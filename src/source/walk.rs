@@ -52,6 +52,12 @@ struct Walk<'a> {
     files: HashMap<FileKey, PathBuf>,
     cancel: &'a AtomicBool,
     seen: usize,
+    /// Whether each folder input is mirrored under its own name (several inputs, as `cp -r a
+    /// b OUT/` does), so that `a/x.dcm` and `b/x.dcm` do not both want `OUT/x.png`.
+    named: bool,
+    /// What the relative paths of the folder input being walked begin with (empty for a single
+    /// input: its contents go directly under the output folder).
+    prefix: PathBuf,
 }
 
 /// Walks `inputs` in order, handing what it finds to `visit` (which returns false to stop)
@@ -59,6 +65,10 @@ struct Walk<'a> {
 /// skipped, not entered. Symbolic links are followed, to files and to folders; a folder or a
 /// file reached a second time is listed as skipped with the path it was first reached by.
 /// Returns the number of entries visited.
+///
+/// A file's relative path (its output name) is its path under the folder input it was found
+/// in; with several inputs it begins with that folder's own name (`a/x.dcm` under input `a`
+/// is `a/x.dcm`), as `cp -r a b OUT/` would lay them out. A file given directly is its name.
 pub(crate) fn walk(
     inputs: &[PathBuf],
     exclude: Option<&Path>,
@@ -73,6 +83,8 @@ pub(crate) fn walk(
         files: HashMap::new(),
         cancel,
         seen: 0,
+        named: inputs.len() > 1,
+        prefix: PathBuf::new(),
     };
     for input in inputs {
         if w.cancelled() || !w.input(input, &mut visit) {
@@ -80,6 +92,18 @@ pub(crate) fn walk(
         }
     }
     w.seen
+}
+
+/// The name a folder input is mirrored under: its last component (`scans/a/` → `a`), or for
+/// `.`, `..` and the like the name of the folder they resolve to; empty for `/`.
+fn folder_name(input: &Path) -> PathBuf {
+    match input.file_name() {
+        Some(name) => PathBuf::from(name),
+        None => std::fs::canonicalize(input)
+            .ok()
+            .and_then(|p| p.file_name().map(PathBuf::from))
+            .unwrap_or_default(),
+    }
 }
 
 impl Walk<'_> {
@@ -115,6 +139,11 @@ impl Walk<'_> {
             }
         };
         if meta.is_dir() {
+            self.prefix = if self.named {
+                folder_name(input)
+            } else {
+                PathBuf::new()
+            };
             return self.folder(input, input, &meta, visit);
         }
         let rel = PathBuf::from(input.file_name().unwrap_or(input.as_os_str()));
@@ -241,7 +270,7 @@ impl Walk<'_> {
                     true
                 }
                 Ok(m) => {
-                    let rel = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
+                    let rel = self.prefix.join(path.strip_prefix(root).unwrap_or(&path));
                     self.file(path, rel, &m, visit)
                 }
                 Err((true, reason)) => self.emit(Found::Skipped { path, reason }, visit),

@@ -1,6 +1,7 @@
 //! `dicomflow inspect FILE`: what will be rendered and how — dimensions, frames, transfer
-//! syntax, bits, photometric interpretation, rescale and LUTs, every window with its index,
-//! the window the current settings choose, and who would compress the output (GPU or CPU, why).
+//! syntax, bits, photometric interpretation, series, instance, spacing, rescale and LUTs, every
+//! window with its index, overlays, the window the current settings choose, and who would
+//! compress the output (GPU or CPU, why). A folder: [`super::inspect_folder`].
 
 use std::fmt::Write;
 use std::path::Path;
@@ -13,7 +14,9 @@ use dicomflow::decode::compressed::{self, FrameCoding};
 use dicomflow::decode::{probe, DecodeLimits, ImageFile};
 use dicomflow::output::options::{OutputFormat, OutputOptions};
 use dicomflow::paths::Escaped;
-use dicomflow::render::plan::{plan_frame, Chain, GrayPlan, Modality, RenderOptions, Voi};
+use dicomflow::render::plan::{
+    plan_frame, Chain, ColorModel, GrayPlan, Modality, RenderOptions, Voi,
+};
 use dicomflow::render::spec::Windows;
 
 /// Who would compress `format` output under `choice` (`gpu.encode`): the GPU encoder and where
@@ -109,16 +112,12 @@ pub fn describe(path: &Path, opts: &RenderOptions, gpu: &GpuOptions) -> Result<S
     );
     let _ = writeln!(
         s,
-        "samples            {} per pixel, {}",
+        "samples            {} per pixel{}",
         i.samples_per_pixel,
-        if i.samples_per_pixel == 3 {
-            if i.planar_configuration == 1 {
-                "planar"
-            } else {
-                "interleaved"
-            }
-        } else {
-            ""
+        match (i.samples_per_pixel, i.planar_configuration) {
+            (3, 1) => ", planar",
+            (3, _) => ", interleaved",
+            _ => "",
         }
     );
     let _ = writeln!(
@@ -132,6 +131,41 @@ pub fn describe(path: &Path, opts: &RenderOptions, gpu: &GpuOptions) -> Result<S
     let _ = writeln!(s, "photometric        {}", i.photometric.as_str());
     if let Some(m) = &i.modality {
         let _ = writeln!(s, "modality           {m}");
+    }
+    let value = |k: &str| i.naming.get(k).map(String::as_str).unwrap_or("-");
+    let _ = writeln!(
+        s,
+        "series             {} (number {}{})",
+        value("SeriesInstanceUID"),
+        value("SeriesNumber"),
+        i.naming
+            .get("SeriesDescription")
+            .map(|d| format!(", \"{d}\""))
+            .unwrap_or_default(),
+    );
+    let _ = writeln!(
+        s,
+        "instance           {} (SOP {})",
+        value("InstanceNumber"),
+        value("SOPInstanceUID"),
+    );
+    // Row spacing, then column spacing, as the standard orders them.
+    match i.naming.get("PixelSpacing") {
+        Some(sp) => {
+            let thickness = i
+                .naming
+                .get("SliceThickness")
+                .map(|t| format!(", slice thickness {t} mm"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "spacing            {} mm (row x column){thickness}",
+                sp.replace('\\', " x ")
+            );
+        }
+        None => {
+            let _ = writeln!(s, "spacing            none in file");
+        }
     }
     let a = &i.attrs;
     match (&i.modality_lut, a.rescale) {
@@ -234,7 +268,7 @@ pub fn describe(path: &Path, opts: &RenderOptions, gpu: &GpuOptions) -> Result<S
                 let m = match &g.modality {
                     Modality::Identity => "identity".to_string(),
                     Modality::Rescale { slope, intercept } => {
-                        format!("rescale {slope}·x + {intercept}")
+                        format!("rescale {}", linear(*slope, *intercept))
                     }
                     Modality::Lut(_) => "modality LUT".to_string(),
                 };
@@ -266,9 +300,7 @@ pub fn describe(path: &Path, opts: &RenderOptions, gpu: &GpuOptions) -> Result<S
                         .collect();
                     format!("window channels: {}", parts.join(" | "))
                 }
-                Chain::Color(c) => {
-                    format!("colour {:?} -> RGB", c.model).replace("Palette(..)", "palette")
-                }
+                Chain::Color(c) => colour_line(&c.model),
             };
             let _ = writeln!(s, "chosen             {chosen}");
         }
@@ -277,6 +309,26 @@ pub fn describe(path: &Path, opts: &RenderOptions, gpu: &GpuOptions) -> Result<S
         }
     }
     Ok(s)
+}
+
+/// `slope·x + intercept` as one would write it: `1·x - 1024`, not `1·x + -1024`.
+fn linear(slope: f64, intercept: f64) -> String {
+    if intercept < 0.0 {
+        format!("{slope}·x - {}", -intercept)
+    } else {
+        format!("{slope}·x + {intercept}")
+    }
+}
+
+/// The colour conversion, named as the standard names the photometric interpretation.
+fn colour_line(model: &ColorModel) -> String {
+    match model {
+        ColorModel::Rgb => "colour RGB as stored".into(),
+        ColorModel::YbrFull => "colour YBR_FULL -> RGB".into(),
+        ColorModel::YbrFull422 => "colour YBR_FULL_422 -> RGB".into(),
+        ColorModel::YbrPartial422 => "colour YBR_PARTIAL_422 -> RGB".into(),
+        ColorModel::Palette(_) => "colour PALETTE COLOR -> RGB".into(),
+    }
 }
 
 /// `dicomflow inspect`: prints what `run` would do with the file; exit 1 when it cannot be read.
@@ -356,6 +408,11 @@ pub fn execute(a: &crate::app::cli::InspectArgs) -> Result<i32, dicomflow::error
             )))
         }
     };
+    if a.file.is_dir() {
+        crate::app::print::out(&super::inspect_folder::describe(&a.file))
+            .map_err(|e| FatalError::Other(format!("writing to stdout: {e}")))?;
+        return Ok(0);
+    }
     match describe(
         &a.file,
         &RenderOptions {

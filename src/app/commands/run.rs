@@ -14,6 +14,7 @@ use dicomflow::source::shard::{Shard, ShardBy, ShardRequest};
 use dicomflow::source::Sources;
 
 use crate::app::cli::RunArgs;
+use crate::app::commands::{record, single};
 use crate::app::config::Settings;
 use crate::app::report::{self, ProcessTimes, RunFiles, ShardSection};
 use crate::app::{dashboard, print, signals};
@@ -22,7 +23,7 @@ use crate::app::{dashboard, print, signals};
 pub const SHARD_REPORTS: &str = ".dicomflow/reports";
 
 /// What the run reads, from `--manifest`, `--shard`, `--shard-count` and `--shard-by`.
-fn sources(args: &RunArgs) -> Result<Sources, FatalError> {
+fn sources(args: &RunArgs, inputs: &[PathBuf]) -> Result<Sources, FatalError> {
     let config = |e: &dyn std::fmt::Display| FatalError::Config(e.to_string());
     let shard = match &args.shard {
         Some(spec) => {
@@ -51,10 +52,42 @@ fn sources(args: &RunArgs) -> Result<Sources, FatalError> {
             }
         }
         None => Sources::Walk {
-            inputs: args.inputs.clone(),
+            inputs: inputs.to_vec(),
             shard: shard.map(|s| (s, by)),
         },
     })
+}
+
+/// Stops a run whose input path does not exist before any work, as a usage error (exit 2):
+/// a mistyped path is not a file that failed to render.
+pub fn check_inputs(inputs: &[PathBuf]) -> Result<(), FatalError> {
+    let dashes = inputs.iter().filter(|p| single::is_dash(p)).count();
+    if dashes > 1 {
+        return Err(FatalError::Config(
+            "input - (stdin) given more than once".into(),
+        ));
+    }
+    for input in inputs.iter().filter(|p| !single::is_dash(p)) {
+        if let Err(e) = std::fs::metadata(input) {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                return Err(FatalError::Config(format!(
+                    "input {}: no such file or folder",
+                    Escaped(input)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The line said when the inputs held no file at all (an empty folder), which is no error but
+/// rarely what was meant.
+pub fn nothing_found(inputs: &[PathBuf]) -> String {
+    let names: Vec<String> = inputs.iter().map(|p| Escaped(p).to_string()).collect();
+    format!(
+        "dicomflow: warning: no input files found in {}",
+        names.join(", ")
+    )
 }
 
 fn unix_seconds(t: SystemTime) -> f64 {
@@ -78,8 +111,55 @@ pub fn execute(
     let started_at = SystemTime::now()
         .checked_sub(started.elapsed())
         .unwrap_or(UNIX_EPOCH);
-    let settings = Settings::resolve(args.job.config.as_deref(), &args.to_raw())?;
-    let sources = sources(args)?;
+    check_inputs(&args.inputs)?;
+    let mut raw = args.to_raw();
+    // `-o name.png` / `-o -`: the run renders into a scratch folder, then the image is moved.
+    let single = match single::target(args)? {
+        Some((target, format)) => {
+            let scratch = single::scratch_for(&target)?;
+            raw.output.dir = Some(scratch.0.clone());
+            if let Some(f) = format {
+                raw.output.format = Some(f.to_string());
+            }
+            Some((target, scratch))
+        }
+        None => None,
+    };
+    // `-` as input: stdin, copied to a scratch file first (the pipeline reads files).
+    let mut inputs = args.inputs.clone();
+    let mut _stdin_copy = None;
+    if let Some(dash) = inputs.iter_mut().find(|p| single::is_dash(p)) {
+        let (scratch, file) = single::stdin_to_file()?;
+        *dash = file;
+        _stdin_copy = Some(scratch);
+    }
+    let mut settings = Settings::resolve(args.job.config.as_deref(), &raw)?;
+    let sources = sources(args, &inputs)?;
+    // The settings that made the images already in the output folder (a named image or
+    // stdout has no folder to keep them in).
+    let recording = single.is_none();
+    let asked_skip_existing = settings.job.output.skip_existing;
+    let mut settings_changed = false;
+    if recording {
+        if let record::Verdict::Changed(changed) =
+            record::check(&settings.job.output.dir, &settings.job)?
+        {
+            settings_changed = true;
+            if settings.job.output.skip_existing {
+                if !args.rerender_changed {
+                    return Err(record::refusal(&settings.job.output.dir, &changed));
+                }
+                // Every image rendered again: none of those present was made this way.
+                settings.job.output.skip_existing = false;
+                if !quiet {
+                    print::errln(&format!(
+                        "dicomflow: the settings changed ({}): rendering every image again",
+                        changed.join("; ")
+                    ));
+                }
+            }
+        }
+    }
     // A shard's report is written whether asked for or not: the merge needs every shard's.
     let report_path: Option<PathBuf> = settings.report.clone().or_else(|| {
         let shard = sources.shard().filter(|_| args.shard.is_some())?;
@@ -110,7 +190,11 @@ pub fn execute(
     let stats = Stats::new();
     let cancel = Arc::new(AtomicBool::new(false));
     signals::cancel_on_interrupt(cancel.clone());
-    let display = dashboard::Options::of(&settings, quiet, None);
+    let mut display = dashboard::Options::of(&settings, quiet, None);
+    if single.is_some() && settings.dashboard.log_file.is_none() {
+        // The scratch output folder is removed at the end: the log goes to the state folder.
+        display.log_file = dashboard::state_log_file();
+    }
     let result = dashboard::supervise(&display, &stats, &cancel, tracer.as_ref(), || {
         dicomflow::pipeline::run_sources(
             &settings.job,
@@ -172,10 +256,32 @@ pub fn execute(
         // -q keeps errors: the failed files, one line each.
         print::err(&report::failures(&result));
     }
+    if result.totals.files == 0 && args.manifest.is_none() && args.shard.is_none() {
+        print::errln(&nothing_found(&args.inputs));
+    }
+    if recording && (asked_skip_existing || record::exists(&settings.job)) {
+        // A stopped run that changed the settings leaves images of both kinds.
+        let stopped = result.cancelled || result.totals.files_cancelled > 0;
+        if let Err(e) = record::write(&settings.job, stopped && settings_changed) {
+            print::errln(&format!(
+                "dicomflow: warning: the record of the settings: {e}"
+            ));
+        }
+    }
+    let mut undelivered = false;
+    if let Some((target, scratch)) = &single {
+        if let Err(e) = single::deliver(scratch, target) {
+            print::errln(&format!("dicomflow: error: {e}"));
+            undelivered = true;
+        }
+    }
     for what in &unwritten {
         print::errln(&format!("dicomflow: error: {what}"));
     }
     let code = result.exit_code();
+    if code == 0 && undelivered {
+        return Ok(1);
+    }
     Ok(if code == 0 && !unwritten.is_empty() {
         2
     } else {

@@ -150,6 +150,9 @@ pub struct Progress {
     pub per_s: f64,
     pub eta: Option<Duration>,
     pub errors: u64,
+    /// The scan goes on: the total so far is only what it found, so neither it nor an ETA is
+    /// shown.
+    pub scanning: bool,
 }
 
 impl Progress {
@@ -159,7 +162,10 @@ impl Progress {
         let expected = s.frames_expected();
         let per_s = rates.frames_per_s(s);
         let remaining = expected.saturating_sub(finished);
-        let eta = if remaining == 0 {
+        let scanning = !s.scan_done && !s.finished;
+        let eta = if scanning {
+            None
+        } else if remaining == 0 {
             (expected > 0).then_some(Duration::ZERO)
         } else if per_s > 0.0 {
             Some(Duration::from_secs_f64(
@@ -174,6 +180,7 @@ impl Progress {
             per_s,
             eta,
             errors: s.error_count,
+            scanning,
         }
     }
 
@@ -186,17 +193,30 @@ impl Progress {
         }
     }
 
-    /// "frames 120/200 (60%) 340 fr/s ETA 0:00:01 errors 0": the plain progress line.
+    /// "frames 120/200 (60%) 340 fr/s ETA 0:00:01 errors 0": the plain progress line
+    /// ("frames 120/scanning… 340 fr/s ETA - errors 0" while the scan goes on).
     pub fn line(&self) -> String {
         format!(
-            "frames {}/{} ({:.0}%) {} fr/s ETA {} errors {}",
-            self.finished,
-            self.expected,
-            self.ratio() * 100.0,
+            "frames {} {} fr/s ETA {} errors {}",
+            self.done_of_total(),
             rate(self.per_s),
             self.eta.map(eta).unwrap_or_else(|| "-".into()),
             self.errors
         )
+    }
+
+    /// "120/200 (60%)", or "120/scanning…" before the total is known.
+    pub fn done_of_total(&self) -> String {
+        if self.scanning {
+            format!("{}/scanning…", self.finished)
+        } else {
+            format!(
+                "{}/{} ({:.0}%)",
+                self.finished,
+                self.expected,
+                self.ratio() * 100.0
+            )
+        }
     }
 }
 

@@ -154,10 +154,8 @@ fn progress(f: &mut Frame, app: &App, area: Rect) {
     }
     let p = app.progress();
     let label = format!(
-        "frames {}/{} ({:.0}%)  {} fr/s  ETA {}  errors {}",
-        p.finished,
-        p.expected,
-        p.ratio() * 100.0,
+        "frames {}  {} fr/s  ETA {}  errors {}",
+        p.done_of_total(),
         rate(p.per_s),
         p.eta.map(eta).unwrap_or_else(|| "-".into()),
         p.errors

@@ -19,7 +19,7 @@ pub mod term;
 #[cfg(test)]
 mod tests;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,6 +59,28 @@ impl Display {
     }
 }
 
+/// Where the dashboard's log goes by default: the output folder's state folder
+/// (`OUT/.dicomflow/dicomflow.log`), beside the run's other records and out of the dataset.
+pub fn log_file_for(out: &Path) -> PathBuf {
+    out.join(".dicomflow").join("dicomflow.log")
+}
+
+/// The log of a run without an output folder of its own (one image to a named file or to
+/// stdout): `$XDG_STATE_HOME/dicomflow/dicomflow.log`, else `~/.local/state/dicomflow/…`, else
+/// the temporary folder.
+pub fn state_log_file() -> PathBuf {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })
+        .unwrap_or_else(std::env::temp_dir);
+    state.join("dicomflow").join("dicomflow.log")
+}
+
 /// What [`supervise`] needs besides the statistics.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -87,7 +109,7 @@ impl Options {
             ),
             tick: Duration::from_millis(settings.dashboard.tick_ms),
             log_file: (settings.dashboard.log_file.clone())
-                .unwrap_or_else(|| settings.job.output.dir.join("dicomflow.log")),
+                .unwrap_or_else(|| log_file_for(&settings.job.output.dir)),
             live,
         }
     }

@@ -102,6 +102,7 @@ fn snapshot(elapsed_s: f64, done: u64) -> Snapshot {
         gpu_encoded_bytes: 0,
         paused: false,
         finished: false,
+        scan_done: true,
     }
 }
 
@@ -162,7 +163,7 @@ fn numbers(line: &str) -> Vec<f64> {
 }
 
 fn app(s: Snapshot) -> App {
-    App::new(s, Some(PathBuf::from("out/dicomflow.log")))
+    App::new(s, Some(super::log_file_for(std::path::Path::new("out"))))
 }
 
 #[test]
@@ -200,7 +201,7 @@ fn full_frame_100x30_shows_every_panel() {
     assert!(all.contains("CPU backend"));
     assert!(all.contains("render workers: 1"), "{all}");
     assert!(all.contains("Errors (0)"));
-    assert!(all.contains("log: out/dicomflow.log"));
+    assert!(all.contains("log: out/.dicomflow/dicomflow.log"));
     assert!(all.contains("RUNNING"));
 }
 
@@ -324,6 +325,19 @@ fn recent_rates_come_from_successive_snapshots() {
         Progress::of(&snapshot(2.0, 120), &Rates::default()).line(),
         "frames 120/200 (60%) 60 fr/s ETA 0:00:02 errors 0"
     );
+}
+
+#[test]
+fn the_total_says_scanning_until_the_scan_ends() {
+    // The scan has found 200 files so far: neither that total nor an ETA from it is true yet.
+    let mut s = snapshot(2.0, 120);
+    s.scan_done = false;
+    let p = Progress::of(&s, &Rates::default());
+    assert_eq!(p.eta, None);
+    assert_eq!(p.line(), "frames 120/scanning… 60 fr/s ETA - errors 0");
+    let all = render(&app(s), 100, 30).join("\n");
+    assert!(all.contains("frames 120/scanning…"), "{all}");
+    assert!(!all.contains("(60%)"), "{all}");
 }
 
 #[test]
