@@ -480,6 +480,45 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
     let o = piped(root.join("from-stdin").to_str().unwrap());
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(file_names(&root.join("from-stdin")), ["stdin.png"]);
+    // What comes through stdin must be DICOM: anything else fails the run (exit 1), and the
+    // messages name the input `-`, not the scratch copy it was read from.
+    let o = Command::new(bin())
+        .args([
+            "run",
+            "-",
+            "-o",
+            root.join("g.png").to_str().unwrap(),
+            "--no-tui",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            if let Some(mut input) = child.stdin.take() {
+                input.write_all(b"garbage\n")?;
+            }
+            child.wait_with_output()
+        })
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("    -: scan: not DICOM"), "{err}");
+    assert!(!err.contains("dicomflow-stdin"), "{err}");
+    assert!(!root.join("g.png").exists());
+    // So must a file named as an input (a folder walk passes over what is not DICOM).
+    let text = root.join("notes.txt");
+    std::fs::write(&text, "not DICOM").unwrap();
+    let o = dicomflow(&[
+        "run",
+        text.to_str().unwrap(),
+        "-o",
+        root.join("notes").to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("notes.txt: scan: not DICOM"));
     // -o - takes one image: a folder input is a usage error, and so is a multi-frame file
     // without --frames (its frames cannot all go to one file).
     let o = dicomflow(&["run", "assets/sample", "-o", "-", "-q"]);

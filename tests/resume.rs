@@ -285,3 +285,28 @@ fn skip_existing_refuses_images_of_other_settings_or_renders_them_again() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("format:"));
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn a_plain_first_run_is_recorded_so_skip_existing_with_another_window_is_refused() {
+    let root = tempdir("resume-plain-first");
+    let out = root.join("out");
+    // The first run has no --skip-existing: its settings are recorded all the same.
+    let o = Command::new(bin())
+        .args(["run", "assets/sample", "-o", out.to_str().unwrap()])
+        .args(["-q", "--no-tui"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(out.join(".dicomflow/run.json").is_file());
+    let first = std::fs::read(out.join("IM00001.png")).unwrap();
+    let o = run_sample(&out, &["--window", "100,200", "-q"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("window:"));
+    assert_eq!(std::fs::read(out.join("IM00001.png")).unwrap(), first);
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -118,3 +118,64 @@ fn chunked_writes_moved_folders_and_fast_copies_are_each_rendered_once_when_comp
     assert!(out.join("batch-09").is_dir());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn several_watched_folders_are_mirrored_under_their_names_and_the_settings_record_is_kept() {
+    let dir = tempdir("watch-several");
+    let (a, b) = (dir.join("in/a"), dir.join("in/b"));
+    // Two series whose files have the same names.
+    synth(&a, 64, 2, 61);
+    synth(&b, 64, 2, 62);
+    let out = dir.join("out");
+    // A run made images here with the default window...
+    let o = Command::new(bin())
+        .args(["run", "-q", "--no-tui", "-o"])
+        .arg(&out)
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    // ...so watching into the same folder with --skip-existing and another window is refused
+    // before any work, naming what changed.
+    let o = Command::new(bin())
+        .args([
+            "watch",
+            "--no-tui",
+            "--skip-existing",
+            "--window",
+            "100,200",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("window:"), "{err}");
+    // Two folders, each under its own name (as `run a b -o OUT` lays them out).
+    let out2 = dir.join("out2");
+    let mut cmd = Command::new(bin());
+    cmd.args(["watch", "--no-tui", "--settle-ms", "100", "-o"])
+        .arg(&out2)
+        .arg(&a)
+        .arg(&b);
+    let mut watch = Proc::spawn("dicomflow watch", cmd, &dir.join("watch.log"));
+    assert!(
+        wait_until(Duration::from_secs(30), || outputs(&out2).len() == 4),
+        "{:?}\n{}",
+        outputs(&out2),
+        watch.output()
+    );
+    let status = watch.terminate();
+    assert!(status.success(), "{}", watch.output());
+    for series in ["a", "b"] {
+        for name in ["IM00001.png", "IM00002.png"] {
+            assert!(out2.join(series).join(name).is_file(), "{series}/{name}");
+        }
+    }
+    // The watch recorded its settings, as a run does.
+    assert!(out2.join(".dicomflow/run.json").is_file());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -288,6 +288,44 @@ impl RunResult {
             .filter(|f| matches!(f.status, FileStatus::Failed | FileStatus::Partial))
     }
 
+    /// Turns the skips of the files `named` picks into failures. A folder walk passes over what
+    /// is not DICOM (a README, a DICOMDIR's neighbours); a file the user named as an input was
+    /// meant to be rendered, so that it could not be is an error, as it is for `dcm2pnm`.
+    /// Returns the failures made, for the error log.
+    pub fn fail_skipped(&mut self, named: impl Fn(&std::path::Path) -> bool) -> Vec<ErrorEntry> {
+        let mut made = Vec::new();
+        for f in self.files.iter_mut() {
+            if f.status != FileStatus::Skipped || !named(&f.path) {
+                continue;
+            }
+            f.status = FileStatus::Failed;
+            let reason = f
+                .skip_reason
+                .take()
+                .unwrap_or_else(|| "not rendered".into());
+            made.push(ErrorEntry {
+                path: f.path.clone(),
+                stage: Stage::Scan.name().into(),
+                reason: reason.clone(),
+            });
+            f.failures.push(FailureRecord {
+                frame: None,
+                stage: Stage::Scan,
+                reason,
+            });
+            self.totals.files_skipped = self.totals.files_skipped.saturating_sub(1);
+            self.totals.files_failed += 1;
+        }
+        made
+    }
+
+    /// Names the input read from `from` as `shown` in the records (stdin's scratch copy as `-`).
+    pub fn rename_input(&mut self, from: &std::path::Path, shown: &std::path::Path) {
+        for f in self.files.iter_mut().filter(|f| f.path == from) {
+            f.path = shown.to_path_buf();
+        }
+    }
+
     /// 0 every input done, 1 some inputs failed, 130 (128 + SIGINT, the shell's convention)
     /// stopped (Ctrl-C, SIGTERM, `q`) before every input was done, so a script's `&&` does not
     /// go on with half the outputs; `--skip-existing` completes such a run.
@@ -314,6 +352,8 @@ pub struct Collector {
     /// How often each (stage, reason) was logged: a setting that fails the same way for every
     /// file is logged a few times, not once per file (the summary counts them all).
     logged: HashMap<(Stage, String), usize>,
+    /// Inputs logged under another name (`PipelineOptions::shown_as`).
+    shown_as: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Identical failures (same stage and reason) logged before the rest are only counted.
@@ -347,7 +387,14 @@ impl Collector {
             stats,
             live: None,
             logged: HashMap::new(),
+            shown_as: Vec::new(),
         }
+    }
+
+    /// Logs the inputs of `names` (file, shown as) under their second name.
+    pub fn shown_as(mut self, names: Vec<(PathBuf, PathBuf)>) -> Self {
+        self.shown_as = names;
+        self
     }
 
     /// A collector for live inputs: each file, once done, is reported on `done` and folded
@@ -410,6 +457,11 @@ impl Collector {
     }
 
     fn failure(&mut self, path: &std::path::Path, stage: Stage, reason: &str) {
+        let path = self
+            .shown_as
+            .iter()
+            .find(|(file, _)| file == path)
+            .map_or(path, |(_, shown)| shown.as_path());
         self.stats.push_error(ErrorEntry {
             path: path.to_path_buf(),
             stage: stage.name().into(),

@@ -380,7 +380,8 @@ fn run_inputs(
         live: matches!(inputs, Inputs::Live { .. }),
     };
 
-    let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone());
+    let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone())
+        .shown_as(job.pipeline.shown_as.clone());
     // What the scan stage reads; a live run's outcomes go to `done` from the collector.
     let scan = match inputs {
         Inputs::Sources(sources) => Scan::Walk(sources),

@@ -34,6 +34,9 @@ pub struct PipelineOptions {
     pub max_frame_bytes: u64,
     /// Stop at the first failure.
     pub fail_fast: bool,
+    /// Inputs that logs name otherwise: stdin's scratch copy is `-` to the user.
+    #[serde(skip)]
+    pub shown_as: Vec<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for PipelineOptions {
@@ -46,6 +49,7 @@ impl Default for PipelineOptions {
             slots: 0,
             max_frame_bytes: crate::decode::DEFAULT_MAX_FRAME_BYTES,
             fail_fast: false,
+            shown_as: Vec::new(),
         }
     }
 }

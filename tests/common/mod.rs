@@ -15,13 +15,18 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dicomflow")
 }
 
-/// Every file under `dir` (recursively), as paths relative to it, sorted.
+/// Every file under `dir` (recursively), as paths relative to it, sorted; not the run's state
+/// folder `dir/.dicomflow` (its settings record, reports), which tests look at by name.
 pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut v = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
+    let state = dir.join(".dicomflow");
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             let p = e.path();
+            if p == state {
+                continue;
+            }
             if p.is_dir() {
                 stack.push(p);
             } else {

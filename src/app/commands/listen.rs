@@ -26,6 +26,7 @@ pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, 
         path: out.clone(),
         source,
     })?;
+    super::record::live_start(&settings.job)?;
     let spool_dir = opts.spool.clone().unwrap_or_else(|| out.join(".spool"));
     let (spool, leftovers) =
         Spool::open(&spool_dir, opts.durable).map_err(|e| FatalError::Other(e.to_string()))?;

@@ -111,13 +111,45 @@ pub fn check(out: &Path, job: &Job) -> Result<Verdict, FatalError> {
 
 /// The usage error of a `--skip-existing` run whose settings changed.
 pub fn refusal(out: &Path, changed: &[String]) -> FatalError {
+    refusal_with(out, changed, "add --rerender-changed to render them again")
+}
+
+/// The same for `listen` and `watch`, which have no `--rerender-changed`.
+pub fn live_refusal(out: &Path, changed: &[String]) -> FatalError {
+    refusal_with(
+        out,
+        changed,
+        "render them again first (`dicomflow run … --skip-existing --rerender-changed`), \
+         leave out --skip-existing to keep both kinds",
+    )
+}
+
+fn refusal_with(out: &Path, changed: &[String], remedy: &str) -> FatalError {
     FatalError::Config(format!(
         "--skip-existing: the images in {} were rendered with other settings ({}; see {}): \
-         add --rerender-changed to render them again, or choose another output folder",
+         {remedy}, or choose another output folder",
         Escaped(out),
         changed.join("; "),
         Escaped(&path(out)),
     ))
+}
+
+/// For `listen` and `watch`, before any work: refuses `--skip-existing` over images of other
+/// settings, then records this run's settings at once (a receiver may run for months and be
+/// killed; the record must already say what it writes). New settings over old images leave
+/// both kinds, and the record says so.
+pub fn live_start(job: &Job) -> Result<(), FatalError> {
+    let out = &job.output.dir;
+    let changed = match check(out, job)? {
+        Verdict::Keep => false,
+        Verdict::Changed(changed) => {
+            if job.output.skip_existing {
+                return Err(live_refusal(out, &changed));
+            }
+            true
+        }
+    };
+    write(job, changed).map_err(|e| FatalError::Other(format!("the record of the settings: {e}")))
 }
 
 /// Writes the record for `job` into its output folder (atomically: a temporary name, then a

@@ -128,12 +128,23 @@ pub fn execute(
     // `-` as input: stdin, copied to a scratch file first (the pipeline reads files).
     let mut inputs = args.inputs.clone();
     let mut _stdin_copy = None;
+    let mut stdin_file = None;
     if let Some(dash) = inputs.iter_mut().find(|p| single::is_dash(p)) {
         let (scratch, file) = single::stdin_to_file()?;
-        *dash = file;
+        *dash = file.clone();
+        stdin_file = Some(file);
         _stdin_copy = Some(scratch);
     }
+    // The files named as inputs (not found in a folder): each must render.
+    let named_files: Vec<PathBuf> = inputs.iter().filter(|p| p.is_file()).cloned().collect();
     let mut settings = Settings::resolve(args.job.config.as_deref(), &raw)?;
+    if let Some(file) = &stdin_file {
+        settings
+            .job
+            .pipeline
+            .shown_as
+            .push((file.clone(), PathBuf::from("-")));
+    }
     let sources = sources(args, &inputs)?;
     // The settings that made the images already in the output folder (a named image or
     // stdout has no folder to keep them in).
@@ -205,6 +216,30 @@ pub fn execute(
             tracer.clone(),
         )
     })??;
+    let mut result = result;
+    if args.manifest.is_none() {
+        // A named file also found another way (given twice, or inside a folder input) was
+        // rendered under that path: its skip is no failure.
+        let rendered: std::collections::HashSet<PathBuf> = result
+            .files
+            .iter()
+            .filter(|f| f.status != dicomflow::pipeline::events::FileStatus::Skipped)
+            .filter_map(|f| std::fs::canonicalize(&f.path).ok())
+            .collect();
+        let must_render = |p: &std::path::Path| {
+            named_files.iter().any(|n| n == p)
+                && !std::fs::canonicalize(p).is_ok_and(|c| rendered.contains(&c))
+        };
+        for mut e in result.fail_skipped(must_render) {
+            if stdin_file.as_ref() == Some(&e.path) {
+                e.path = PathBuf::from("-");
+            }
+            stats.push_error(e);
+        }
+    }
+    if let Some(file) = &stdin_file {
+        result.rename_input(file, std::path::Path::new("-"));
+    }
     process.pipeline_done_s = started.elapsed().as_secs_f64();
     // With the histograms: a shard's report is merged with the others'.
     let snapshot = stats.snapshot_with_histograms();
@@ -259,10 +294,16 @@ pub fn execute(
     if result.totals.files == 0 && args.manifest.is_none() && args.shard.is_none() {
         print::errln(&nothing_found(&args.inputs));
     }
-    if recording && (asked_skip_existing || record::exists(&settings.job)) {
-        // A stopped run that changed the settings leaves images of both kinds.
-        let stopped = result.cancelled || result.totals.files_cancelled > 0;
-        if let Err(e) = record::write(&settings.job, stopped && settings_changed) {
+    // Every run that wrote into a folder (or kept its record) says how its images were made,
+    // so that a later `--skip-existing` run with other settings is refused, whatever came first.
+    let wrote = result.totals.frames_written > 0 || result.totals.frames_existing > 0;
+    if recording && (wrote || asked_skip_existing || record::exists(&settings.job)) {
+        // A run that changed the settings and did not render every input (stopped, or some
+        // failed and kept their old images) leaves images of both kinds.
+        let incomplete = result.cancelled
+            || result.totals.files_cancelled > 0
+            || result.totals.files_failed + result.totals.files_partial > 0;
+        if let Err(e) = record::write(&settings.job, incomplete && settings_changed) {
             print::errln(&format!(
                 "dicomflow: warning: the record of the settings: {e}"
             ));

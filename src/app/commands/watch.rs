@@ -22,6 +22,7 @@ pub fn execute(args: &WatchArgs, quiet: bool, started: Instant) -> Result<i32, F
         path: out.clone(),
         source,
     })?;
+    super::record::live_start(&settings.job)?;
     let stats = LiveStats::new();
     let (feed, feed_rx) = Feed::new(1024, stats.clone());
     let stop = live::stop_on_signal();

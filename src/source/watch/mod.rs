@@ -319,12 +319,20 @@ impl State {
         }
     }
 
-    /// The file's path relative to the watched folder it is under.
+    /// The file's path relative to the watched folder it is under; with several folders it
+    /// begins with that folder's own name, as `run a b -o OUT` mirrors them (so that `a/x.dcm`
+    /// and `b/x.dcm` do not both want `OUT/x.png`).
     fn rel(&self, path: &Path) -> PathBuf {
+        let named = self.roots.len() > 1;
         self.roots
             .iter()
-            .find_map(|r| path.strip_prefix(r).ok())
-            .map(Path::to_path_buf)
+            .find_map(|r| {
+                let rest = path.strip_prefix(r).ok()?;
+                Some(match r.file_name().filter(|_| named) {
+                    Some(name) => Path::new(name).join(rest),
+                    None => rest.to_path_buf(),
+                })
+            })
             .unwrap_or_else(|| PathBuf::from(path.file_name().unwrap_or(path.as_os_str())))
     }
 
