@@ -490,3 +490,62 @@ fn the_kubernetes_recipe_renders_and_merges_here() {
     assert_eq!(merged["result"]["totals"]["frames_written"], 40);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_manifest_of_several_folders_names_outputs_as_a_run_of_them_does() {
+    let dir = tempdir("shard-several");
+    let (a, b) = (dir.join("in/a"), dir.join("in/b"));
+    // Two series whose files have the same names, and a file given directly.
+    for (folder, seed) in [(&a, "3"), (&b, "4")] {
+        let o = dicomflow(&[
+            "synth",
+            s(folder),
+            "-q",
+            "--size",
+            "32",
+            "--slices",
+            "2",
+            "--seed",
+            seed,
+        ]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    }
+    let single = dir.join("in/b/IM00002.dcm");
+    let manifest = dir.join("m.tsv");
+    let o = dicomflow(&["scan", s(&a), s(&b), s(&single), "-o", s(&manifest)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (walked, listed) = (dir.join("walked"), dir.join("listed"));
+    let o = dicomflow(&[
+        "run",
+        s(&a),
+        s(&b),
+        s(&single),
+        "-o",
+        s(&walked),
+        "-q",
+        "--no-tui",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = dicomflow(&[
+        "run",
+        "--manifest",
+        s(&manifest),
+        "-o",
+        s(&listed),
+        "-q",
+        "--no-tui",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let names = common::file_names(&listed);
+    assert_eq!(names, common::file_names(&walked));
+    assert_eq!(
+        names,
+        [
+            "a/IM00001.png",
+            "a/IM00002.png",
+            "b/IM00001.png",
+            "b/IM00002.png"
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -14,7 +14,9 @@
 //! ```
 //!
 //! * `#root I PATH`: the inputs given to `scan`, made absolute (not resolved through symlinks,
-//!   so a mount point keeps its name); a file given directly contributes its folder.
+//!   so a mount point keeps its name); a file given directly contributes its folder, and with
+//!   several inputs a folder contributes its parent (its files' paths then begin with its
+//!   name, as `run a b` mirrors them). A file reached through two inputs is listed once.
 //! * Records: the root's number, the path relative to that root (the path that names the
 //!   output, as when the root is walked), the size in bytes, and with `scan --with-series`
 //!   the file's Study, Series and SOP Instance UIDs (empty where it has none or is no DICOM).
@@ -217,17 +219,23 @@ pub struct ScanSummary {
     pub errors: Vec<(PathBuf, String)>,
 }
 
-/// The root of each input and the input's position among the roots: a folder is its own
-/// root, a file contributes its folder (its relative path is then its name, as in a walk).
-fn roots_of(inputs: &[PathBuf]) -> std::io::Result<(Vec<PathBuf>, Vec<u32>)> {
+/// The root of each input, the input's position among the roots, and what its files' relative
+/// paths begin with. A single folder is its own root; a file contributes its folder (its
+/// relative path is then its name, as in a walk). With several inputs, a folder's root is its
+/// parent and its files' paths begin with its name, so that outputs are laid out as `run a b`
+/// lays them out (`a/x.dcm` and `b/x.dcm` do not both name `OUT/x.png`).
+fn roots_of(inputs: &[PathBuf]) -> std::io::Result<(Vec<PathBuf>, Vec<u32>, Vec<PathBuf>)> {
     let mut roots: Vec<PathBuf> = Vec::new();
     let mut index = Vec::with_capacity(inputs.len());
+    let mut prefixes = Vec::with_capacity(inputs.len());
     for input in inputs {
         let abs = std::path::absolute(input)?;
-        let root = if std::fs::metadata(&abs).is_ok_and(|m| !m.is_dir()) {
-            abs.parent().map(Path::to_path_buf).unwrap_or(abs)
-        } else {
-            abs
+        let is_file = std::fs::metadata(&abs).is_ok_and(|m| !m.is_dir());
+        let named = inputs.len() > 1 && !is_file;
+        let (root, prefix) = match (abs.parent(), abs.file_name()) {
+            (Some(parent), _) if is_file => (parent.to_path_buf(), PathBuf::new()),
+            (Some(parent), Some(name)) if named => (parent.to_path_buf(), PathBuf::from(name)),
+            _ => (abs, PathBuf::new()),
         };
         let i = match roots.iter().position(|r| *r == root) {
             Some(i) => i,
@@ -237,8 +245,9 @@ fn roots_of(inputs: &[PathBuf]) -> std::io::Result<(Vec<PathBuf>, Vec<u32>)> {
             }
         };
         index.push(i as u32);
+        prefixes.push(prefix);
     }
-    Ok((roots, index))
+    Ok((roots, index, prefixes))
 }
 
 /// Files whose UIDs are read at once by a pool of threads (`--with-series`); the manifest
@@ -258,7 +267,7 @@ pub fn write_manifest(
         path: out.to_path_buf(),
         source,
     };
-    let (roots, root_of_input) = roots_of(inputs).map_err(io)?;
+    let (roots, root_of_input, prefixes) = roots_of(inputs).map_err(io)?;
     let mut writer = Writer::create(out, &roots, with_series).map_err(io)?;
     let mut summary = ScanSummary {
         roots,
@@ -293,13 +302,17 @@ pub fn write_manifest(
         summary.errors.push((path, reason));
         Ok(())
     };
-    for (input, &root) in inputs.iter().zip(&root_of_input) {
+    // A file reached through two inputs (given twice, or inside a folder also given) is
+    // listed once, under the first, as a run of the same inputs renders it once.
+    let mut listed = std::collections::HashSet::new();
+    for ((input, &root), prefix) in inputs.iter().zip(&root_of_input).zip(&prefixes) {
         walk(std::slice::from_ref(input), None, cancel, |found| {
             let result = match found {
+                Found::File { key, .. } if !listed.insert(key) => Ok(()),
                 Found::File { path, rel, len, .. } => {
                     let record = Record {
                         root,
-                        rel,
+                        rel: prefix.join(rel),
                         bytes: len,
                         uids: None,
                     };
