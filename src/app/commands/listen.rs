@@ -22,11 +22,7 @@ pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, 
     let files = RunFiles::create(settings.report.as_deref(), settings.trace.as_deref())?;
     let opts = &settings.listen;
     let out = &settings.job.output.dir;
-    std::fs::create_dir_all(out).map_err(|source| FatalError::OutputDir {
-        path: out.clone(),
-        source,
-    })?;
-    super::record::live_start(&settings.job)?;
+    live::open_output(&settings.job)?;
     let spool_dir = opts.spool.clone().unwrap_or_else(|| out.join(".spool"));
     let (spool, leftovers) =
         Spool::open(&spool_dir, opts.durable).map_err(|e| FatalError::Other(e.to_string()))?;

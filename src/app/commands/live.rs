@@ -127,6 +127,17 @@ pub fn run(
     Ok(if unwritten.is_empty() { 0 } else { 2 })
 }
 
+/// Creates the output folder and checks and writes its settings record, before any source
+/// starts (a refusal must come before a listener accepts anything).
+pub fn open_output(job: &dicomflow::pipeline::options::Job) -> Result<(), FatalError> {
+    let out = &job.output.dir;
+    std::fs::create_dir_all(out).map_err(|source| FatalError::OutputDir {
+        path: out.clone(),
+        source,
+    })?;
+    super::record::live_start(job)
+}
+
 /// Installs the signal handlers that set `stop` (SIGINT, SIGTERM; a second one exits at once).
 pub fn stop_on_signal() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));

@@ -18,11 +18,7 @@ pub fn execute(args: &WatchArgs, quiet: bool, started: Instant) -> Result<i32, F
     let settings = Settings::resolve(args.job.config.as_deref(), &args.to_raw())?;
     let files = RunFiles::create(settings.report.as_deref(), settings.trace.as_deref())?;
     let out = &settings.job.output.dir;
-    std::fs::create_dir_all(out).map_err(|source| FatalError::OutputDir {
-        path: out.clone(),
-        source,
-    })?;
-    super::record::live_start(&settings.job)?;
+    live::open_output(&settings.job)?;
     let stats = LiveStats::new();
     let (feed, feed_rx) = Feed::new(1024, stats.clone());
     let stop = live::stop_on_signal();
