@@ -37,21 +37,16 @@ pub use info::ImageInfo;
 pub use options::{Damaged, DecodeOptions};
 pub use probe::{probe, Probe};
 
-/// Why a file yields no image.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a file yields no image: the two outcomes the pipeline tells apart (a skip is listed, a
+/// failure fails the file), each with the reason shown to the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
     /// Not an image at all (not counted as a failure): DICOMDIR, no Pixel Data, ...
+    #[error("{0}")]
     Skip(String),
     /// An image that cannot be decoded.
+    #[error("{0}")]
     Fail(String),
-}
-
-impl std::fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DecodeError::Skip(s) | DecodeError::Fail(s) => f.write_str(s),
-        }
-    }
 }
 
 fn fail(msg: impl Into<String>) -> DecodeError {
