@@ -796,17 +796,16 @@ mod tests {
         let inputs = [tree.clone(), single.clone(), dir.join("missing")];
         let summary = write_manifest(&out, &inputs, false, &never).unwrap();
         assert_eq!((summary.files, summary.bytes), (4, 16));
-        assert_eq!(
-            summary.roots,
-            [tree.clone(), dir.join("other"), dir.join("missing")]
-        );
+        // Several inputs: the folder is listed under its parent, its paths beginning with its
+        // name (as `run` mirrors it); the file under its own folder, by its name.
+        assert_eq!(summary.roots, [dir.clone(), dir.join("other")]);
         assert_eq!(summary.errors.len(), 1, "{:?}", summary.errors);
         let text = std::fs::read_to_string(&out).unwrap();
         assert!(
             text.starts_with("#dicomflow-manifest\t1\n#root\t0\t"),
             "{text}"
         );
-        assert!(text.contains("0\tb/x\\ty.dcm\t1\n"), "{text}");
+        assert!(text.contains("0\ttree/b/x\\ty.dcm\t1\n"), "{text}");
         // No temporary file is left beside it.
         assert_eq!(std::fs::read_dir(dir.join("m")).unwrap().count(), 1);
 
@@ -826,9 +825,9 @@ mod tests {
         assert_eq!(
             rels,
             [
-                (0, "a.dcm".to_string(), 5),
-                (0, "b/x\ty.dcm".into(), 1),
-                (0, "b/c/z".into(), 3),
+                (0, "tree/a.dcm".to_string(), 5),
+                (0, "tree/b/x\ty.dcm".into(), 1),
+                (0, "tree/b/c/z".into(), 3),
                 (1, "single.dcm".into(), 7)
             ]
         );
