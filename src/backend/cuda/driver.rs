@@ -1,12 +1,22 @@
-//! Checked, RAII wrappers over the CUDA driver API calls dicomflow uses (cudarc's raw `sys`
-//! bindings, loaded at run time). Every failure names the call; every handle is released with
-//! its matching call. Nothing here is reached unless [`probe`] found libcuda, NVRTC and a device:
-//! cudarc panics on the first driver call when libcuda is absent.
+//! The CUDA driver as dicomflow uses it: thin newtypes over cudarc's safe API (context, streams,
+//! events, stream-ordered device buffers, modules, launches), plus the few raw calls cudarc has no
+//! safe form of (host registration and mapped device pointers, 2-D copies, 32-bit memsets,
+//! copies between raw pointers, pool attributes). Every failure names the call. Nothing here is
+//! reached unless [`probe`] found libcuda, NVRTC and a device: cudarc panics on the first driver
+//! call when libcuda is absent.
+//!
+//! cudarc's cross-stream event tracking is switched off on every context ([`Device::open`]): our
+//! code orders work explicitly (one stream per worker, events and synchronizations where the
+//! host reads), so the tracking would only add event records and waits to every launch.
 
 use std::ffi::{c_void, CStr};
 use std::sync::Arc;
 
-use cudarc::driver::sys;
+use cudarc::driver::{
+    result, sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream,
+    DevicePtr, DriverError, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
 
 /// A failed driver call: which call, which error.
 #[derive(Debug, Clone)]
@@ -24,21 +34,19 @@ impl CudaError {
 
 impl std::fmt::Display for CudaError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut name: *const std::ffi::c_char = std::ptr::null();
-        // SAFETY: cuGetErrorName writes a pointer to a static string (or leaves it null).
-        let ok =
-            unsafe { sys::cuGetErrorName(self.code, &mut name) } == sys::CUresult::CUDA_SUCCESS;
-        if ok && !name.is_null() {
-            // SAFETY: the driver returned a NUL-terminated static string.
-            let s = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-            write!(f, "{} failed: {s}", self.call)
-        } else {
-            write!(f, "{} failed: {:?}", self.call, self.code)
+        match DriverError(self.code).error_name() {
+            Ok(name) => write!(f, "{} failed: {}", self.call, name.to_string_lossy()),
+            Err(_) => write!(f, "{} failed: {:?}", self.call, self.code),
         }
     }
 }
 
 impl std::error::Error for CudaError {}
+
+/// Names the call that failed for a cudarc error: `.map_err(named("cuStreamCreate"))`.
+fn named(call: &'static str) -> impl Fn(DriverError) -> CudaError {
+    move |e| CudaError { call, code: e.0 }
+}
 
 /// Turns a `CUresult` into a `Result`.
 pub fn check(call: &'static str, r: sys::CUresult) -> Result<(), CudaError> {
@@ -63,13 +71,10 @@ pub fn libraries() -> Result<(), String> {
 /// Whether CUDA is usable here: libcuda and libnvrtc load, the driver initialises, and at
 /// least one device exists. Returns the device count, or why not.
 pub fn probe() -> Result<usize, String> {
+    // Checked first: cudarc panics on its first driver call when libcuda is absent.
     libraries()?;
-    // SAFETY: the library is present (checked above); cuInit has no preconditions.
-    check("cuInit", unsafe { sys::cuInit(0) }).map_err(|e| e.to_string())?;
-    let mut n = 0;
-    // SAFETY: n is a valid out pointer.
-    check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut n) })
-        .map_err(|e| e.to_string())?;
+    result::init().map_err(|e| named("cuInit")(e).to_string())?;
+    let n = result::device::get_count().map_err(|e| named("cuDeviceGetCount")(e).to_string())?;
     if n <= 0 {
         return Err("no CUDA device".into());
     }
@@ -84,233 +89,164 @@ pub struct Device {
     /// Streaming multiprocessors.
     pub multiprocessors: u32,
     pub total_mem: usize,
-    dev: sys::CUdevice,
-    ctx: sys::CUcontext,
+    ctx: Arc<CudaContext>,
 }
 
-// SAFETY: driver API handles (device, primary context) may be used from any thread once the
-// context is made current on it, which `bind` does before every use.
-unsafe impl Send for Device {}
-// SAFETY: as above; the struct has no interior mutability.
-unsafe impl Sync for Device {}
-
 impl Device {
-    /// Retains the primary context of device `ordinal` (after a successful [`probe`]).
+    /// Retains the primary context of device `ordinal` (after a successful [`probe`]) and makes
+    /// it current on the calling thread.
     pub fn open(ordinal: usize) -> Result<Arc<Device>, CudaError> {
-        let mut dev = 0;
-        // SAFETY: out pointer valid; probe() ran cuInit.
-        check("cuDeviceGet", unsafe {
-            sys::cuDeviceGet(&mut dev, ordinal as i32)
-        })?;
-        let mut name = [0 as std::ffi::c_char; 256];
-        // SAFETY: the buffer holds 256 chars and the driver NUL-terminates within it.
-        check("cuDeviceGetName", unsafe {
-            sys::cuDeviceGetName(name.as_mut_ptr(), 256, dev)
-        })?;
-        // SAFETY: NUL-terminated by the driver (buffer zeroed beforehand).
-        let name = unsafe { CStr::from_ptr(name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
-        let attr = |a: sys::CUdevice_attribute| -> Result<i32, CudaError> {
-            let mut v = 0;
-            // SAFETY: out pointer valid, dev valid.
-            check("cuDeviceGetAttribute", unsafe {
-                sys::cuDeviceGetAttribute(&mut v, a, dev)
-            })?;
-            Ok(v)
-        };
-        let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-        let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        let multiprocessors =
-            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32;
-        let mut total_mem = 0usize;
-        // SAFETY: out pointer valid.
-        check("cuDeviceTotalMem", unsafe {
-            sys::cuDeviceTotalMem_v2(&mut total_mem, dev)
-        })?;
-        let mut ctx = std::ptr::null_mut();
-        // SAFETY: out pointer valid; released in Drop.
-        check("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
-        })?;
-        let device = Arc::new(Device {
+        // Checked on its own so a bad ordinal is reported as before (CudaContext::new repeats it).
+        result::device::get(ordinal as i32).map_err(named("cuDeviceGet"))?;
+        let ctx = CudaContext::new(ordinal).map_err(named("cuDevicePrimaryCtxRetain"))?;
+        // SAFETY: we manage ordering between streams ourselves: each buffer is used on the
+        // stream that allocated it (and freed there, stream-ordered), and every hand-over to the
+        // host or another stream goes through an event or stream synchronization. Called before
+        // any stream or buffer of this context exists, so no buffer is tracked.
+        unsafe { ctx.disable_event_tracking() };
+        let name = ctx.name().map_err(named("cuDeviceGetName"))?;
+        let compute_capability = ctx
+            .compute_capability()
+            .map_err(named("cuDeviceGetAttribute"))?;
+        let multiprocessors = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(named("cuDeviceGetAttribute"))?
+            .max(1) as u32;
+        let total_mem = ctx.total_mem().map_err(named("cuDeviceTotalMem"))?;
+        Ok(Arc::new(Device {
             ordinal,
             name,
-            compute_capability: (major, minor),
+            compute_capability,
             multiprocessors,
             total_mem,
-            dev,
             ctx,
-        });
-        device.bind()?;
-        Ok(device)
+        }))
     }
 
-    /// Makes this device's context current on the calling thread.
+    /// Makes this device's context current on the calling thread (a no-op when it already is).
     pub fn bind(&self) -> Result<(), CudaError> {
-        // SAFETY: ctx is a retained primary context, alive as long as self.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+        self.ctx.bind_to_thread().map_err(named("cuCtxSetCurrent"))
     }
 
     /// The device handle (for pool queries).
     pub fn raw(&self) -> sys::CUdevice {
-        self.dev
-    }
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        // SAFETY: balances the retain in open().
-        unsafe {
-            sys::cuDevicePrimaryCtxRelease_v2(self.dev);
-        }
+        self.ctx.cu_device()
     }
 }
 
 /// A non-blocking stream.
 pub struct Stream {
-    raw: sys::CUstream,
+    inner: Arc<CudaStream>,
     pub device: Arc<Device>,
 }
 
-// SAFETY: streams are driver handles usable from any thread with the context bound.
-unsafe impl Send for Stream {}
-// SAFETY: as above.
-unsafe impl Sync for Stream {}
-
 impl Stream {
     pub fn new(device: &Arc<Device>) -> Result<Arc<Stream>, CudaError> {
-        device.bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: out pointer valid, context current; destroyed in Drop.
-        check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
-        })?;
+        // No context-wide synchronization here: cudarc only adds one while it tracks events.
+        let inner = device.ctx.new_stream().map_err(named("cuStreamCreate"))?;
         Ok(Arc::new(Stream {
-            raw,
+            inner,
             device: device.clone(),
         }))
     }
 
+    /// The raw handle, for the codec libraries (owned by this `Stream`: never destroy it).
     pub fn raw(&self) -> sys::CUstream {
-        self.raw
+        self.inner.cu_stream()
     }
 
     /// Waits for all work queued on the stream.
     pub fn synchronize(&self) -> Result<(), CudaError> {
-        // SAFETY: raw is a live stream.
-        check("cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(self.raw)
-        })
+        self.inner
+            .synchronize()
+            .map_err(named("cuStreamSynchronize"))
     }
 }
 
 impl Drop for Stream {
+    /// Waits for the stream's work before it goes (cudarc's `CudaStream` destroys without
+    /// waiting): host memory a kernel still reads may be freed right after. Every
+    /// [`DeviceBuffer`] holds its `Arc<Stream>`, so this runs after their stream-ordered frees.
     fn drop(&mut self) {
-        let _ = self.device.bind();
-        // SAFETY: raw was created by cuStreamCreate and is destroyed once.
-        unsafe {
-            sys::cuStreamSynchronize(self.raw);
-            sys::cuStreamDestroy_v2(self.raw);
-        }
+        let _ = self.inner.synchronize();
     }
 }
 
 /// A timing event.
 pub struct Event {
-    raw: sys::CUevent,
-    device: Arc<Device>,
+    inner: CudaEvent,
 }
-
-// SAFETY: events are driver handles usable from any thread with the context bound.
-unsafe impl Send for Event {}
 
 impl Event {
     pub fn new(device: &Arc<Device>) -> Result<Event, CudaError> {
-        device.bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: out pointer valid; CU_EVENT_DEFAULT keeps timing enabled.
-        check("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DEFAULT as u32)
-        })?;
-        Ok(Event {
-            raw,
-            device: device.clone(),
-        })
+        // CU_EVENT_DEFAULT keeps timing on (cudarc's `None` would disable it).
+        Self::with_flags(device, sys::CUevent_flags::CU_EVENT_DEFAULT)
     }
 
     /// A timing event whose [`synchronize`](Self::synchronize) sleeps instead of spinning
     /// (`CU_EVENT_BLOCKING_SYNC`): for waits long enough that a spinning thread would take a
     /// core from the threads that have work.
     pub fn blocking(device: &Arc<Device>) -> Result<Event, CudaError> {
-        device.bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: out pointer valid; timing stays enabled (no DISABLE_TIMING flag).
-        check("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32)
-        })?;
-        Ok(Event {
-            raw,
-            device: device.clone(),
-        })
+        Self::with_flags(device, sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC)
+    }
+
+    fn with_flags(device: &Arc<Device>, flags: sys::CUevent_flags) -> Result<Event, CudaError> {
+        let inner = device
+            .ctx
+            .new_event(Some(flags))
+            .map_err(named("cuEventCreate"))?;
+        Ok(Event { inner })
     }
 
     pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
-        // SAFETY: both handles live.
-        check("cuEventRecord", unsafe {
-            sys::cuEventRecord(self.raw, stream.raw())
-        })
+        self.inner
+            .record(&stream.inner)
+            .map_err(named("cuEventRecord"))
     }
 
     pub fn synchronize(&self) -> Result<(), CudaError> {
-        // SAFETY: live event.
-        check("cuEventSynchronize", unsafe {
-            sys::cuEventSynchronize(self.raw)
-        })
+        self.inner
+            .synchronize()
+            .map_err(named("cuEventSynchronize"))
     }
 
-    /// Milliseconds between two recorded, completed events.
+    /// Milliseconds between two recorded, completed events. Unlike cudarc's `elapsed_ms` this
+    /// does not synchronize both events first: callers have synchronized, and an event never
+    /// recorded must fail here rather than be waited on.
     pub fn elapsed_ms(start: &Event, end: &Event) -> Result<f32, CudaError> {
-        let mut ms = 0f32;
-        // SAFETY: both events recorded and completed (caller synchronized).
-        check("cuEventElapsedTime", unsafe {
-            sys::cuEventElapsedTime_v2(&mut ms, start.raw, end.raw)
-        })?;
-        Ok(ms)
+        // SAFETY: both are live events of this process; the driver checks that they were
+        // recorded and completed (CUDA_ERROR_NOT_READY / INVALID_HANDLE otherwise).
+        unsafe { result::event::elapsed(start.inner.cu_event(), end.inner.cu_event()) }
+            .map_err(named("cuEventElapsedTime"))
     }
 }
 
-impl Drop for Event {
-    fn drop(&mut self) {
-        let _ = self.device.bind();
-        // SAFETY: created by cuEventCreate, destroyed once.
-        unsafe {
-            sys::cuEventDestroy_v2(self.raw);
-        }
-    }
-}
-
-/// Device memory from the stream-ordered allocator (`cuMemAllocAsync`), freed with
-/// `cuMemFreeAsync` on the same stream.
+/// Device memory from the stream-ordered allocator (`cuMemAllocAsync` on the device's default
+/// pool, through cudarc's `CudaStream::alloc`), freed with `cuMemFreeAsync` on the same stream.
 pub struct DeviceBuffer {
-    ptr: sys::CUdeviceptr,
+    // Field order matters: the slice (its stream-ordered free) drops before the stream, whose
+    // last owner synchronizes it.
+    _slice: CudaSlice<u8>,
+    ptr: u64,
     len: usize,
     stream: Arc<Stream>,
 }
 
-// SAFETY: a device address plus the stream that frees it; moved between threads, not shared.
-unsafe impl Send for DeviceBuffer {}
-
 impl DeviceBuffer {
     pub fn alloc(stream: &Arc<Stream>, len: usize) -> Result<DeviceBuffer, CudaError> {
-        stream.device.bind()?;
-        let mut ptr = 0;
-        // SAFETY: out pointer valid, stream live; freed in Drop on the same stream.
-        check("cuMemAllocAsync", unsafe {
-            sys::cuMemAllocAsync(&mut ptr, len.max(1), stream.raw())
-        })?;
+        // SAFETY: the memory is left uninitialized; it holds plain bytes (any bit pattern is a
+        // valid u8) and our kernels and copies write it before anything reads it.
+        let slice =
+            unsafe { stream.inner.alloc::<u8>(len.max(1)) }.map_err(named("cuMemAllocAsync"))?;
+        // Without event tracking the returned guard records nothing; the address is fixed for
+        // the slice's life, so it is read once here.
+        let ptr = {
+            let (ptr, _no_record) = slice.device_ptr(&stream.inner);
+            ptr
+        };
         Ok(DeviceBuffer {
             ptr,
+            _slice: slice,
             len,
             stream: stream.clone(),
         })
@@ -331,11 +267,9 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        // cudarc's CudaSlice frees with cuMemFreeAsync on its stream without binding a context
+        // first; bind as the old wrapper did, so the free never meets a thread with none.
         let _ = self.stream.device.bind();
-        // SAFETY: allocated by cuMemAllocAsync; freed once, ordered on its stream.
-        unsafe {
-            sys::cuMemFreeAsync(self.ptr, self.stream.raw());
-        }
     }
 }
 
@@ -429,26 +363,20 @@ pub fn memset_u32_async(dst: u64, count: usize, stream: &Stream) -> Result<(), C
 
 /// A loaded module (CUBIN).
 pub struct Module {
-    raw: sys::CUmodule,
+    inner: Arc<CudaModule>,
     device: Arc<Device>,
 }
-
-// SAFETY: module handles are usable from any thread with the context bound.
-unsafe impl Send for Module {}
-// SAFETY: as above; functions are looked up read-only.
-unsafe impl Sync for Module {}
 
 impl Module {
     /// Loads a CUBIN image on `device`.
     pub fn load(device: &Arc<Device>, image: &[u8]) -> Result<Arc<Module>, CudaError> {
-        device.bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: image is a complete CUBIN; the driver copies what it needs.
-        check("cuModuleLoadData", unsafe {
-            sys::cuModuleLoadData(&mut raw, image.as_ptr() as *const c_void)
-        })?;
+        // `Ptx::from_binary` hands the image to cuModuleLoadData (a copy, once per device).
+        let inner = device
+            .ctx
+            .load_module(Ptx::from_binary(image.to_vec()))
+            .map_err(named("cuModuleLoadData"))?;
         Ok(Arc::new(Module {
-            raw,
+            inner,
             device: device.clone(),
         }))
     }
@@ -456,91 +384,93 @@ impl Module {
     /// Looks up a kernel.
     pub fn function(&self, name: &'static CStr) -> Result<Function, CudaError> {
         self.device.bind()?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: module live, name NUL-terminated.
-        check("cuModuleGetFunction", unsafe {
-            sys::cuModuleGetFunction(&mut raw, self.raw, name.as_ptr())
-        })?;
-        Ok(Function {
-            raw,
-            name: name.to_str().unwrap_or("kernel"),
-        })
+        let name = name.to_str().unwrap_or("kernel");
+        let inner = self
+            .inner
+            .load_function(name)
+            .map_err(named("cuModuleGetFunction"))?;
+        Ok(Function { inner, name })
     }
 }
 
-impl Drop for Module {
-    fn drop(&mut self) {
-        let _ = self.device.bind();
-        // SAFETY: loaded by cuModuleLoadData, unloaded once.
-        unsafe {
-            sys::cuModuleUnload(self.raw);
+/// A kernel of a loaded module (keeps the module loaded).
+#[derive(Clone)]
+pub struct Function {
+    inner: CudaFunction,
+    pub name: &'static str,
+}
+
+/// Most arguments a kernel of ours takes (ops_resample_h has 16).
+const MAX_ARGS: usize = 24;
+
+// Args stores a u32 in the low half of a u64 cell and lets the driver read the first 4 bytes.
+const _: () = assert!(cfg!(target_endian = "little"));
+
+/// Kernel arguments: each value lives in its own 8-byte cell; the driver copies as many bytes
+/// as the kernel's parameter has (4 for `u32`, 8 for `u64`/pointers), which on little-endian
+/// targets reads the value's low bytes. The cells are inline (no allocation per launch).
+pub struct Args {
+    cells: [u64; MAX_ARGS],
+    len: usize,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            cells: [0; MAX_ARGS],
+            len: 0,
         }
     }
 }
 
-/// A kernel of a loaded module (valid while the module lives: workers keep both).
-#[derive(Clone, Copy)]
-pub struct Function {
-    raw: sys::CUfunction,
-    pub name: &'static str,
-}
-
-// SAFETY: function handles are immutable driver handles.
-unsafe impl Send for Function {}
-
-/// Kernel arguments: each value lives in its own 8-byte cell; the driver copies as many bytes
-/// as the kernel's parameter has (4 for `u32`, 8 for `u64`/pointers), which on little-endian
-/// x86-64 reads the value's low bytes.
-#[derive(Default)]
-pub struct Args {
-    cells: Vec<[u8; 8]>,
-}
-
 impl Args {
     pub fn u64(mut self, v: u64) -> Self {
-        self.cells.push(v.to_le_bytes());
+        // Past MAX_ARGS the count still grows so `launch` can refuse the call.
+        if let Some(c) = self.cells.get_mut(self.len) {
+            *c = v;
+        }
+        self.len += 1;
         self
     }
 
-    pub fn u32(mut self, v: u32) -> Self {
-        let mut c = [0u8; 8];
-        c[..4].copy_from_slice(&v.to_le_bytes());
-        self.cells.push(c);
-        self
+    pub fn u32(self, v: u32) -> Self {
+        self.u64(u64::from(v))
+    }
+
+    /// The values pushed, or an error when there were more than the cells hold.
+    fn cells(&self) -> Result<&[u64], CudaError> {
+        self.cells.get(..self.len).ok_or(CudaError {
+            call: "cuLaunchKernel (more than 24 arguments)",
+            code: sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+        })
     }
 }
 
 /// Launches `f` on `stream` with a 1-D grid.
 pub fn launch(
-    f: Function,
+    f: &Function,
     grid: u32,
     block: u32,
     shared: u32,
     stream: &Stream,
     args: Args,
 ) -> Result<(), CudaError> {
-    let mut cells = args.cells;
-    let mut ptrs: Vec<*mut c_void> = cells
-        .iter_mut()
-        .map(|c| c.as_mut_ptr() as *mut c_void)
-        .collect();
-    // SAFETY: ptrs point to `cells`, alive for the call (the driver copies parameters at launch);
-    // the argument list matches the kernel signature (callers pass them in declaration order).
-    check("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(
-            f.raw,
-            grid.max(1),
-            1,
-            1,
-            block,
-            1,
-            1,
-            shared,
-            stream.raw(),
-            ptrs.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    })
+    let cells = args.cells()?;
+    let mut builder = stream.inner.launch_builder(&f.inner);
+    for cell in cells {
+        builder.arg(cell);
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (grid.max(1), 1, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: shared,
+    };
+    // SAFETY: the cells outlive the call (the driver copies parameters at launch); the argument
+    // list matches the kernel signature (callers pass them in declaration order, each a u32 or a
+    // u64/device pointer); the pointers passed are live allocations the kernel may touch.
+    unsafe { builder.launch(cfg) }
+        .map(|_| ())
+        .map_err(named("cuLaunchKernel"))
 }
 
 /// Statistics of a device's default memory pool (bytes).
@@ -552,13 +482,11 @@ pub struct PoolStats {
     pub used_high: u64,
 }
 
+// cudarc has pool calls only in its unsafe `result` layer (no safe wrapper).
 fn default_pool(device: &Device) -> Result<sys::CUmemoryPool, CudaError> {
-    let mut pool = std::ptr::null_mut();
-    // SAFETY: out pointer valid, device handle valid.
-    check("cuDeviceGetDefaultMemPool", unsafe {
-        sys::cuDeviceGetDefaultMemPool(&mut pool, device.raw())
-    })?;
-    Ok(pool)
+    // SAFETY: the handle comes from a retained context of this device.
+    unsafe { result::device::get_default_mem_pool(device.raw()) }
+        .map_err(named("cuDeviceGetDefaultMemPool"))
 }
 
 /// Sets the release threshold of the device's default pool: memory up to this many bytes stays
@@ -567,14 +495,15 @@ pub fn set_release_threshold(device: &Device, bytes: u64) -> Result<(), CudaErro
     device.bind()?;
     let pool = default_pool(device)?;
     let mut v = bytes;
-    // SAFETY: the attribute takes a cuuint64_t.
-    check("cuMemPoolSetAttribute(RELEASE_THRESHOLD)", unsafe {
-        sys::cuMemPoolSetAttribute(
+    // SAFETY: pool is the device's default pool; the attribute takes a cuuint64_t.
+    unsafe {
+        result::mem_pool::set_attribute(
             pool,
             sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
             &mut v as *mut u64 as *mut c_void,
         )
-    })
+    }
+    .map_err(named("cuMemPoolSetAttribute(RELEASE_THRESHOLD)"))
 }
 
 /// Reads the default pool's reserved/used, current/high statistics.
@@ -583,10 +512,9 @@ pub fn pool_stats(device: &Device) -> Result<PoolStats, CudaError> {
     let pool = default_pool(device)?;
     let get = |a: sys::CUmemPool_attribute| -> Result<u64, CudaError> {
         let mut v = 0u64;
-        // SAFETY: these attributes are cuuint64_t.
-        check("cuMemPoolGetAttribute", unsafe {
-            sys::cuMemPoolGetAttribute(pool, a, &mut v as *mut u64 as *mut c_void)
-        })?;
+        // SAFETY: pool is the device's default pool; these attributes are cuuint64_t.
+        unsafe { result::mem_pool::get_attribute(pool, a, &mut v as *mut u64 as *mut c_void) }
+            .map_err(named("cuMemPoolGetAttribute"))?;
         Ok(v)
     };
     use sys::CUmemPool_attribute as A;
@@ -743,5 +671,29 @@ impl Drop for MappedRegion {
         }
         // SAFETY: base/mapped_len are exactly what mmap returned.
         unsafe { libc::munmap(self.base, self.mapped_len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_keep_each_value_in_its_own_cell_with_u32_in_the_low_bytes() {
+        let args = Args::default().u64(0x1122_3344_5566_7788).u32(7).u64(9);
+        let cells = args.cells().unwrap();
+        assert_eq!(cells, &[0x1122_3344_5566_7788, 7, 9]);
+        // The driver reads a u32 parameter as the cell's first 4 bytes.
+        assert_eq!(cells[1].to_ne_bytes()[..4], 7u32.to_le_bytes());
+    }
+
+    #[test]
+    fn more_arguments_than_cells_are_refused_not_truncated() {
+        let full = (0..MAX_ARGS as u32).fold(Args::default(), Args::u32);
+        assert_eq!(full.cells().unwrap().len(), MAX_ARGS);
+        let over = full.u32(1);
+        let err = over.cells().unwrap_err();
+        assert_eq!(err.code, sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+        assert!(err.call.contains("more than 24"));
     }
 }
