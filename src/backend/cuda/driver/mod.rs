@@ -1,7 +1,7 @@
 //! The CUDA driver as dicomflow uses it: thin newtypes over cudarc's safe API (context, streams,
-//! events, stream-ordered device buffers, modules, launches), plus the few raw calls cudarc has no
-//! safe form of (host registration and mapped device pointers, 2-D copies, 32-bit memsets,
-//! copies between raw pointers, pool attributes). Every failure names the call. Nothing here is
+//! events, stream-ordered device buffers, modules, launches). What cudarc has no safe form of
+//! lives beside it: `raw.rs` (copies between raw pointers, 2-D copies, 32-bit memsets, pool
+//! attributes) and `mapped.rs` (host memory mapped for the device). Every failure names the call. Nothing here is
 //! reached unless [`probe`] found libcuda, NVRTC and a device: cudarc panics on the first driver
 //! call when libcuda is absent.
 //!
@@ -9,7 +9,7 @@
 //! code orders work explicitly (one stream per worker, events and synchronizations where the
 //! host reads), so the tracking would only add event records and waits to every launch.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 use std::sync::Arc;
 
 use cudarc::driver::{
@@ -17,6 +17,15 @@ use cudarc::driver::{
     DevicePtr, DriverError, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
+
+mod mapped;
+mod raw;
+
+pub use mapped::{alloc_host_mapped, free_host, MappedRegion};
+pub use raw::{
+    copy_2d_dtod_async, copy_dtoh_async, copy_htod_async, memset_u32_async, pool_stats,
+    set_release_threshold, PoolStats,
+};
 
 /// A failed driver call: which call, which error.
 #[derive(Debug, Clone)]
@@ -286,81 +295,6 @@ pub fn ensure_buffer(
     Ok(buf.as_ref().map(|b| b.ptr()).unwrap_or(0))
 }
 
-/// Copies host memory to the device on a stream (asynchronous for page-locked memory).
-///
-/// # Safety
-/// `src` must be valid for `len` bytes until the copy completes (the caller synchronizes).
-pub unsafe fn copy_htod_async(
-    dst: u64,
-    src: *const u8,
-    len: usize,
-    stream: &Stream,
-) -> Result<(), CudaError> {
-    // SAFETY: forwarded contract.
-    check("cuMemcpyHtoDAsync", unsafe {
-        sys::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, len, stream.raw())
-    })
-}
-
-/// Copies device memory to the host on a stream.
-///
-/// # Safety
-/// `dst` must be valid for `len` writable bytes until the copy completes.
-pub unsafe fn copy_dtoh_async(
-    dst: *mut u8,
-    src: u64,
-    len: usize,
-    stream: &Stream,
-) -> Result<(), CudaError> {
-    // SAFETY: forwarded contract.
-    check("cuMemcpyDtoHAsync", unsafe {
-        sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, stream.raw())
-    })
-}
-
-/// Copies `rows` rows of `width` bytes between device buffers of different pitches, on a stream.
-pub fn copy_2d_dtod_async(
-    dst: u64,
-    dst_pitch: usize,
-    src: u64,
-    src_pitch: usize,
-    width: usize,
-    rows: usize,
-    stream: &Stream,
-) -> Result<(), CudaError> {
-    let c = sys::CUDA_MEMCPY2D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        srcHost: std::ptr::null(),
-        srcDevice: src,
-        srcArray: std::ptr::null_mut(),
-        srcPitch: src_pitch,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        dstHost: std::ptr::null_mut(),
-        dstDevice: dst,
-        dstArray: std::ptr::null_mut(),
-        dstPitch: dst_pitch,
-        WidthInBytes: width,
-        Height: rows,
-    };
-    // SAFETY: both buffers hold `rows` rows at their pitches (caller's invariant); the descriptor
-    // is read during the call.
-    check("cuMemcpy2DAsync", unsafe {
-        sys::cuMemcpy2DAsync_v2(&c, stream.raw())
-    })
-}
-
-/// Zeroes `count` 32-bit words on a stream.
-pub fn memset_u32_async(dst: u64, count: usize, stream: &Stream) -> Result<(), CudaError> {
-    // SAFETY: dst is a device allocation of at least count words (caller's invariant).
-    check("cuMemsetD32Async", unsafe {
-        sys::cuMemsetD32Async(dst, 0, count, stream.raw())
-    })
-}
-
 /// A loaded module (CUBIN).
 pub struct Module {
     inner: Arc<CudaModule>,
@@ -471,207 +405,6 @@ pub fn launch(
     unsafe { builder.launch(cfg) }
         .map(|_| ())
         .map_err(named("cuLaunchKernel"))
-}
-
-/// Statistics of a device's default memory pool (bytes).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PoolStats {
-    pub reserved_current: u64,
-    pub used_current: u64,
-    pub reserved_high: u64,
-    pub used_high: u64,
-}
-
-// cudarc has pool calls only in its unsafe `result` layer (no safe wrapper).
-fn default_pool(device: &Device) -> Result<sys::CUmemoryPool, CudaError> {
-    // SAFETY: the handle comes from a retained context of this device.
-    unsafe { result::device::get_default_mem_pool(device.raw()) }
-        .map_err(named("cuDeviceGetDefaultMemPool"))
-}
-
-/// Sets the release threshold of the device's default pool: memory up to this many bytes stays
-/// reserved across synchronizations instead of going back to the driver each time.
-pub fn set_release_threshold(device: &Device, bytes: u64) -> Result<(), CudaError> {
-    device.bind()?;
-    let pool = default_pool(device)?;
-    let mut v = bytes;
-    // SAFETY: pool is the device's default pool; the attribute takes a cuuint64_t.
-    unsafe {
-        result::mem_pool::set_attribute(
-            pool,
-            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            &mut v as *mut u64 as *mut c_void,
-        )
-    }
-    .map_err(named("cuMemPoolSetAttribute(RELEASE_THRESHOLD)"))
-}
-
-/// Reads the default pool's reserved/used, current/high statistics.
-pub fn pool_stats(device: &Device) -> Result<PoolStats, CudaError> {
-    device.bind()?;
-    let pool = default_pool(device)?;
-    let get = |a: sys::CUmemPool_attribute| -> Result<u64, CudaError> {
-        let mut v = 0u64;
-        // SAFETY: pool is the device's default pool; these attributes are cuuint64_t.
-        unsafe { result::mem_pool::get_attribute(pool, a, &mut v as *mut u64 as *mut c_void) }
-            .map_err(named("cuMemPoolGetAttribute"))?;
-        Ok(v)
-    };
-    use sys::CUmemPool_attribute as A;
-    Ok(PoolStats {
-        reserved_current: get(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
-        used_current: get(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
-        reserved_high: get(A::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)?,
-        used_high: get(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
-    })
-}
-
-/// Page-locked host memory mapped into the device address space.
-///
-/// # Safety
-/// The returned pointer must be freed exactly once with [`free_host`].
-pub unsafe fn alloc_host_mapped(len: usize) -> Result<(*mut u8, u64), CudaError> {
-    let mut p: *mut c_void = std::ptr::null_mut();
-    let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-    // SAFETY: out pointer valid; a context is current (caller bound a device).
-    check("cuMemHostAlloc", unsafe {
-        sys::cuMemHostAlloc(&mut p, len.max(1), flags)
-    })?;
-    let mut dptr = 0;
-    // SAFETY: p is mapped memory just allocated with DEVICEMAP.
-    let r = check("cuMemHostGetDevicePointer", unsafe {
-        sys::cuMemHostGetDevicePointer_v2(&mut dptr, p, 0)
-    });
-    if let Err(e) = r {
-        // SAFETY: p came from cuMemHostAlloc above.
-        unsafe { sys::cuMemFreeHost(p) };
-        return Err(e);
-    }
-    Ok((p as *mut u8, dptr))
-}
-
-/// Frees page-locked memory from [`alloc_host_mapped`].
-///
-/// # Safety
-/// `p` must come from `alloc_host_mapped` and not be used afterwards.
-pub unsafe fn free_host(p: *mut u8) {
-    // SAFETY: forwarded contract.
-    unsafe {
-        sys::cuMemFreeHost(p as *mut c_void);
-    }
-}
-
-/// Ordinary anonymous memory, aligned to 2 MiB with transparent huge pages requested and every
-/// page faulted in, that can then be page-locked and mapped for the GPU with
-/// `cuMemHostRegister` — an alternative to `cuMemHostAlloc` whose cost `bench transfer`
-/// measures (faulting can happen before a context exists, registering cannot).
-pub struct MappedRegion {
-    base: *mut c_void,
-    mapped_len: usize,
-    ptr: *mut u8,
-    len: usize,
-    device_ptr: u64,
-    registered: bool,
-}
-
-// SAFETY: a MappedRegion exclusively owns its mapping (like a Box<[u8]>); moving it to another
-// thread moves that ownership, and registration is process-wide, not per thread.
-unsafe impl Send for MappedRegion {}
-
-const HUGE_PAGE: usize = 2 << 20;
-
-impl MappedRegion {
-    /// The length a region for `len` bytes gets (whole 4 KiB pages).
-    pub fn mapped_size(len: usize) -> usize {
-        len.max(1).div_ceil(4096) * 4096
-    }
-
-    /// Maps and faults in `len` bytes (not yet registered). Needs no CUDA context, so it can
-    /// run while the driver initializes.
-    pub fn new(len: usize) -> Result<MappedRegion, CudaError> {
-        let len = Self::mapped_size(len);
-        let mapped_len = len + HUGE_PAGE;
-        // SAFETY: anonymous private mapping, no address hint; checked for MAP_FAILED.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(CudaError {
-                call: "mmap",
-                code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-            });
-        }
-        let offset = (HUGE_PAGE - base as usize % HUGE_PAGE) % HUGE_PAGE;
-        // SAFETY: offset < HUGE_PAGE, so ptr..ptr+len lies inside the mapping.
-        let ptr = unsafe { (base as *mut u8).add(offset) };
-        // SAFETY: the range is inside our mapping; the advice is only a hint (errors ignored).
-        unsafe { libc::madvise(ptr as *mut c_void, len, libc::MADV_HUGEPAGE) };
-        for page in (0..len).step_by(4096) {
-            // SAFETY: page < len, inside our writable mapping.
-            unsafe { std::ptr::write_volatile(ptr.add(page), 0) };
-        }
-        Ok(MappedRegion {
-            base,
-            mapped_len,
-            ptr,
-            len,
-            device_ptr: 0,
-            registered: false,
-        })
-    }
-
-    /// Page-locks the region and maps it for every context (a context must be current).
-    pub fn register(&mut self) -> Result<u64, CudaError> {
-        if !self.registered {
-            let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
-            // SAFETY: ptr..ptr+len is our mapping, page-aligned, and stays mapped until Drop,
-            // which unregisters first.
-            check("cuMemHostRegister", unsafe {
-                sys::cuMemHostRegister_v2(self.ptr as *mut c_void, self.len, flags)
-            })?;
-            self.registered = true;
-            let mut dptr = 0;
-            // SAFETY: the region was just registered with DEVICEMAP.
-            check("cuMemHostGetDevicePointer", unsafe {
-                sys::cuMemHostGetDevicePointer_v2(&mut dptr, self.ptr as *mut c_void, 0)
-            })?;
-            self.device_ptr = dptr;
-        }
-        Ok(self.device_ptr)
-    }
-
-    /// Host address of the region.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-
-    /// Length in bytes (a multiple of 4 KiB).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for an empty region (never: lengths are rounded up to a page).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl Drop for MappedRegion {
-    fn drop(&mut self) {
-        if self.registered {
-            // SAFETY: registered by `register` with this pointer.
-            unsafe { sys::cuMemHostUnregister(self.ptr as *mut c_void) };
-        }
-        // SAFETY: base/mapped_len are exactly what mmap returned.
-        unsafe { libc::munmap(self.base, self.mapped_len) };
-    }
 }
 
 #[cfg(test)]
