@@ -134,7 +134,7 @@ fn upload(
             .u32(size)
             .u32(1)
             .u32(5);
-        driver::launch(filter, size, 256, 0, stream, args).map_err(e)?;
+        driver::launch(&filter, size, 256, 0, stream, args).map_err(e)?;
         out.pixels.push(p);
         out.rows.push(r);
     }

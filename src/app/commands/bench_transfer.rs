@@ -145,7 +145,7 @@ fn launch_apply(
     let grid = ctx
         .grid
         .unwrap_or_else(|| groups.div_ceil(256).clamp(1, 65535 * 8) as u32);
-    driver::launch(ctx.apply, grid, 256, 0, stream, args)
+    driver::launch(&ctx.apply, grid, 256, 0, stream, args)
 }
 
 /// Best-of-`iters` GB/s of one large copy direction.

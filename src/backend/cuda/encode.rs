@@ -25,7 +25,6 @@ pub const CHUNK: usize = 64 << 10;
 pub const PACKED_HEADER: usize = 8;
 
 /// The encoder kernels.
-#[derive(Clone, Copy)]
 struct Kernels {
     setup: Function,
     adler: Function,
@@ -223,7 +222,7 @@ impl GpuPng {
             .u64(at(t.in_ptr))
             .u64(at(t.in_size))
             .u64(at(t.out_ptr));
-        driver::launch(self.k.setup, 1, 32, 0, &stream, args).map_err(cuda)?;
+        driver::launch(&self.k.setup, 1, 32, 0, &stream, args).map_err(cuda)?;
         // SAFETY: the one-entry tables, the temp buffer (nvCOMP's size for this input) and the
         // packed buffer (nvCOMP's worst-case output for it) were sized above on this stream and
         // live until replaced or dropped, both stream-ordered after this work.
@@ -252,7 +251,7 @@ impl GpuPng {
             .u64(len as u64)
             .u32(CHUNK as u32)
             .u64(at(t.adler));
-        driver::launch(self.k.adler, adler_chunks as u32, 256, 0, &stream, args).map_err(cuda)?;
+        driver::launch(&self.k.adler, adler_chunks as u32, 256, 0, &stream, args).map_err(cuda)?;
         let header = self.zlib_header;
         let args = Args::default()
             .u64(packed)
@@ -264,7 +263,7 @@ impl GpuPng {
             .u64(CHUNK as u64)
             .u32(u32::from(header[0]) << 8 | u32::from(header[1]))
             .u64(cap as u64);
-        driver::launch(self.k.to_zlib, 1, 32, 0, &stream, args).map_err(cuda)?;
+        driver::launch(&self.k.to_zlib, 1, 32, 0, &stream, args).map_err(cuda)?;
         Ok(packed)
     }
 
@@ -278,7 +277,7 @@ impl GpuPng {
         let groups = (cap as u64).div_ceil(16);
         let args = Args::default().u64(packed.ptr()).u64(dst).u64(cap as u64);
         driver::launch(
-            self.k.copy_packed,
+            &self.k.copy_packed,
             groups.div_ceil(256).clamp(1, 4096) as u32,
             256,
             0,

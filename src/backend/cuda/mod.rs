@@ -320,7 +320,7 @@ fn warm_up(device: &Arc<Device>, module: &Module) -> Result<(), driver::CudaErro
             .u32(0)
             .u32(0xffff)
             .u64(p + (32 << 10));
-        driver::launch(f, 1, 256, 0, &stream, args)?;
+        driver::launch(&f, 1, 256, 0, &stream, args)?;
     }
     stream.synchronize()
 }

@@ -109,7 +109,8 @@ struct Io {
 enum WorkerEncoder {
     /// PNG rows filtered with `filter`, compressed by nvCOMP.
     Png {
-        png: GpuPng,
+        /// Boxed: its device buffers (cudarc slices) make it far larger than the JPEG variant.
+        png: Box<GpuPng>,
         filter: u32,
     },
     Jpeg(JpegEncoder),
@@ -176,7 +177,7 @@ enum Source {
 /// Queues `png_filter_rows` (kernels/png.cu): the frame's pixels at `pixels` as rows filtered
 /// with `mode` (a filter type, 5 adaptive) at `rows`, both device addresses.
 fn launch_filter(
-    f: Function,
+    f: &Function,
     stream: &Stream,
     plan: &FramePlan,
     mode: u32,
@@ -231,14 +232,16 @@ impl CudaWorker {
                 filter,
                 effort,
             }) => Some(WorkerEncoder::Png {
-                png: GpuPng::new(
-                    nvcomp.clone(),
-                    &module,
-                    stream.clone(),
-                    effort.algorithm(),
-                    effort.zlib_header(),
-                )
-                .map_err(BackendError::Unavailable)?,
+                png: Box::new(
+                    GpuPng::new(
+                        nvcomp.clone(),
+                        &module,
+                        stream.clone(),
+                        effort.algorithm(),
+                        effort.zlib_header(),
+                    )
+                    .map_err(BackendError::Unavailable)?,
+                ),
                 filter: *filter,
             }),
             Some(GpuEncoder::Jpeg { nvjpeg, quality }) => {
@@ -408,12 +411,12 @@ impl CudaWorker {
         // Shared-memory sub-histograms where the bins fit, global atomics otherwise.
         let shared = (bins * 4) as u32;
         let (f, grid, shmem) = match g.stored.bytes() {
-            1 => (self.k.hist_shared_u8, grid_for(pixels).min(1024), shared),
+            1 => (&self.k.hist_shared_u8, grid_for(pixels).min(1024), shared),
             2 if bins <= SHARED_HIST_BINS => {
-                (self.k.hist_shared_u16, grid_for(pixels).min(1024), shared)
+                (&self.k.hist_shared_u16, grid_for(pixels).min(1024), shared)
             }
-            2 => (self.k.hist_global_u16, grid_for(pixels), 0),
-            _ => (self.k.hist_global_u32, grid_for(pixels), 0),
+            2 => (&self.k.hist_global_u16, grid_for(pixels), 0),
+            _ => (&self.k.hist_global_u32, grid_for(pixels), 0),
         };
         driver::launch(f, grid, BLOCK, shmem, &self.stream, args)?;
         self.host_counts.clear();
@@ -458,9 +461,9 @@ impl CudaWorker {
             .u32(map.mask)
             .u64(table_ptr);
         let (f, per_thread) = match g.stored.bytes() {
-            1 => (self.k.apply_u8, 16),
-            2 => (self.k.apply_u16, 8),
-            _ => (self.k.apply_u32, 1),
+            1 => (&self.k.apply_u8, 16),
+            2 => (&self.k.apply_u16, 8),
+            _ => (&self.k.apply_u32, 1),
         };
         driver::launch(
             f,
@@ -522,7 +525,7 @@ impl CudaWorker {
             .u32(map.len() as u32)
             .u32(gs.len() as u32);
         driver::launch(
-            self.k.channels,
+            &self.k.channels,
             grid_for(pixels),
             BLOCK,
             0,
@@ -596,7 +599,14 @@ impl CudaWorker {
                 .u64(at(layout.rows_bounds));
             let args = orientation(args, m).u32(op.invert as u32);
             let n = op.out_w as u64 * op.out_h as u64;
-            return driver::launch(self.k.ops_gather, grid_for(n), BLOCK, 0, &self.stream, args);
+            return driver::launch(
+                &self.k.ops_gather,
+                grid_for(n),
+                BLOCK,
+                0,
+                &self.stream,
+                args,
+            );
         }
         let between = driver::ensure_buffer(
             &mut self.dev_between,
@@ -616,7 +626,7 @@ impl CudaWorker {
         let args = orientation(args, m).u32(op.invert as u32);
         let n = op.out_w as u64 * op.oriented_h as u64;
         driver::launch(
-            self.k.ops_resample_h,
+            &self.k.ops_resample_h,
             grid_for(n),
             BLOCK,
             0,
@@ -634,7 +644,7 @@ impl CudaWorker {
             .u32(layout.rows_ksize);
         let n = op.out_w as u64 * ch as u64 * op.out_h as u64;
         driver::launch(
-            self.k.ops_resample_v,
+            &self.k.ops_resample_v,
             grid_for(n),
             BLOCK,
             0,
@@ -666,7 +676,7 @@ impl CudaWorker {
                 .u32(map.mask)
                 .u64(t);
             return driver::launch(
-                self.k.palette,
+                &self.k.palette,
                 grid_for(pixels),
                 BLOCK,
                 0,
@@ -698,7 +708,7 @@ impl CudaWorker {
             .u32(c.stored.signed as u32);
         if c.subsampled {
             driver::launch(
-                self.k.color_422,
+                &self.k.color_422,
                 grid_for(pixels / 2),
                 BLOCK,
                 0,
@@ -709,7 +719,7 @@ impl CudaWorker {
         } else {
             let args = base.u32(c.planar as u32).u32(model);
             driver::launch(
-                self.k.color_full,
+                &self.k.color_full,
                 grid_for(pixels),
                 BLOCK,
                 0,
@@ -836,7 +846,7 @@ impl CudaWorker {
                 let rows =
                     driver::ensure_buffer(&mut self.dev_rows, &self.stream, cap).map_err(cuda)?;
                 launch_filter(
-                    self.k.png_filter_rows,
+                    &self.k.png_filter_rows,
                     &self.stream,
                     plan,
                     *filter,
@@ -1033,7 +1043,7 @@ impl CudaWorker {
         if slot_dev != 0 {
             let args = Args::default().u64(rows).u64(slot_dev).u64(cap as u64);
             driver::launch(
-                self.k.copy_bytes,
+                &self.k.copy_bytes,
                 grid_for((cap as u64).div_ceil(16)),
                 BLOCK,
                 0,
@@ -1076,7 +1086,7 @@ impl CudaWorker {
             Strategy::Pinned | Strategy::Pageable => output,
         };
         launch_filter(
-            self.k.png_filter_rows,
+            &self.k.png_filter_rows,
             &self.stream,
             plan,
             mode,
@@ -1086,7 +1096,7 @@ impl CudaWorker {
         if rows_at != output {
             let args = Args::default().u64(rows_at).u64(output).u64(bytes as u64);
             driver::launch(
-                self.k.copy_bytes,
+                &self.k.copy_bytes,
                 grid_for((bytes as u64).div_ceil(16)),
                 BLOCK,
                 0,
