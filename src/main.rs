@@ -10,9 +10,6 @@ use clap::Parser;
 
 fn main() {
     let started = std::time::Instant::now();
-    // Before any thread exists (the environment is not safe to change after) and any CUDA
-    // context is made.
-    dicomflow::backend::cuda::ask_for_hardware_queues();
     let cli = app::cli::Cli::parse();
     let code = match app::dispatch(cli, started) {
         Ok(code) => code,

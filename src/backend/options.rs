@@ -107,8 +107,8 @@ pub struct GpuOptions {
     /// Streams per GPU when the job's first file is JPEG 2000 for the GPU to decode (each
     /// nvJPEG2000 decode takes milliseconds on a few multiprocessors, so many run at once: 32
     /// gave 1.66× the slices/s of 16 at 512², the same at 2000²); at least `streams`. The
-    /// driver gives each stream its own hardware queue up to `CUDA_DEVICE_MAX_CONNECTIONS`
-    /// (set to 32 by the binary, [`crate::backend::cuda::ask_for_hardware_queues`]).
+    /// driver gives each stream a hardware queue of its own up to `CUDA_DEVICE_MAX_CONNECTIONS`,
+    /// which [`crate::backend::cuda::ask_for_hardware_queues`] raises to the streams.
     pub decode_streams: usize,
     /// Who compresses PNG and JPEG output when the CUDA backend renders.
     pub encode: GpuEncodeChoice,

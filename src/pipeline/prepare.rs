@@ -42,6 +42,10 @@ pub fn select_backend_for(
     let wish = output_wish(&job.output);
     let tuned = with_decode_streams(options, job, inputs);
     let options = tuned.as_ref().unwrap_or(options);
+    if options.choice != BackendChoice::Cpu {
+        // Before any CUDA context exists (the driver reads it then).
+        crate::backend::cuda::ask_for_hardware_queues(options.gpu.streams);
+    }
     match options.choice {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
         BackendChoice::Cuda => {

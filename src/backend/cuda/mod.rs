@@ -28,21 +28,29 @@ use driver::{Device, MappedRegion, Module};
 /// The driver's environment variable for the hardware work queues of a context.
 pub const HARDWARE_QUEUES_VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 
-/// Hardware work queues asked of the driver unless the user set [`HARDWARE_QUEUES_VAR`]: its
-/// most. The driver's default is 8; streams beyond the queues share them, and work on a shared
-/// queue waits for what is ahead of it even when that belongs to another stream. With 16 render
-/// workers' streams and the codec libraries' own, a worker's copy waiting for its kernel held
-/// back other workers' decodes: JPEG 2000 512² on the H200, pipeline 423 slices/s with 8 queues
-/// against 1456 with 32 (the pinned transfer; BENCHMARKS.md, "hardware queues").
-pub const HARDWARE_QUEUES: &str = "32";
+/// The driver's default number of hardware work queues, and its most.
+const DEFAULT_QUEUES: usize = 8;
+const MAX_QUEUES: usize = 32;
 
-/// Sets [`HARDWARE_QUEUES_VAR`] for this process unless it is set, so that every CUDA context
-/// made later gets [`HARDWARE_QUEUES`] queues. Call it first thing in `main`, while the process
-/// has one thread: changing the environment races with any other thread reading it.
-pub fn ask_for_hardware_queues() {
-    if std::env::var_os(HARDWARE_QUEUES_VAR).is_none() {
-        std::env::set_var(HARDWARE_QUEUES_VAR, HARDWARE_QUEUES);
+/// Asks the driver for a hardware work queue per stream (`streams` per device, at most 32)
+/// unless the user set [`HARDWARE_QUEUES_VAR`] or the driver's 8 suffice. Streams beyond the
+/// queues share them, and work on a shared queue waits for what is ahead of it even when that
+/// belongs to another stream: with 16 JPEG 2000 decode streams on the driver's 8 queues, a
+/// worker's copy waiting for its kernel held back other workers' decodes (512² on the H200,
+/// pipeline 423–797 slices/s against 1464 with 16 or 32 queues; BENCHMARKS.md, "hardware
+/// queues"). Not more than needed: each queue costs context creation time and host memory (a
+/// context with 32 queues took 0.47 s to create against 0.16 s with 8, and 2000² uncompressed
+/// runs of two streams lost 40 % of their whole-command rate to it).
+///
+/// The variable is read when a context is made, so this runs before any is: on the thread that
+/// selects the backend, before the backend (or its warm start) starts threads that call CUDA.
+pub fn ask_for_hardware_queues(streams: usize) {
+    if streams <= DEFAULT_QUEUES || std::env::var_os(HARDWARE_QUEUES_VAR).is_some() {
+        return;
     }
+    let queues = streams.min(MAX_QUEUES);
+    tracing::debug!("{HARDWARE_QUEUES_VAR}={queues}: a hardware queue per stream");
+    std::env::set_var(HARDWARE_QUEUES_VAR, queues.to_string());
 }
 
 /// How slices reach the GPU.
