@@ -6,8 +6,7 @@
 //! every thread layout).
 
 use crate::common::{
-    assert_exit, dicomflow, dicomflow_ok, file_names, repo_path, s, stderr, stdout, synth,
-    tempdir,
+    assert_exit, dicomflow, dicomflow_ok, file_names, repo_path, s, stderr, stdout, synth, tempdir,
 };
 
 use std::io::Write as _;

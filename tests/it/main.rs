@@ -1,12 +1,13 @@
-//! The integration tests, one test executable (`it`): each module is one area of the feature
-//! list, run through the real `dicomflow` binary (or the library where a test needs its
-//! internals), with the helpers of `common` shared by all of them.
+//! The integration tests, one test executable (`it`): a module per area of the feature list,
+//! each run through the real `dicomflow` binary (or the library where a test needs its
+//! internals), and the helpers they share in `common` (the binary and runs of it, scratch
+//! folders, the hostile corpus, DICOM peers, the report schema's validator).
 //!
-//! Run one area with a filter on its module: `cargo test --test it cli::`, or a single test by
-//! its name. All modules share one process and run in parallel threads: a test owns its
-//! scratch folders (`common::tempdir` refuses a name taken twice), sets no environment
-//! variable and never changes the current directory; the tests that cannot share the machine
-//! with others say so and take `common::exclusive()`.
+//! One area runs alone with a filter on its module: `cargo test --test it cli::`. All modules
+//! share one process and run in parallel threads, so a test owns what it touches: its scratch
+//! folders (`common::tempdir` fails a test that asks for a name already given), children it
+//! waits for by PID, ports the kernel picks. No test sets an environment variable, changes the
+//! current directory or installs a signal handler in this process; none needs to run alone.
 
 mod common;
 

@@ -356,7 +356,7 @@ fn a_slurm_array_renders_shards_that_merge_into_the_single_host_run() {
             );
         run_within(&mut c, Duration::from_secs(300))
     };
-    let text = |o: &Output| format!("{}{}", stdout(&o), stderr(&o));
+    let text = |o: &Output| format!("{}{}", stdout(o), stderr(o));
     let merge_log = |o: &Output| {
         // "merge: job 12 (...)": its output file holds what the merge said.
         let out = text(o);

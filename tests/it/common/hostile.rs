@@ -9,7 +9,6 @@
 //! meta group length). Cases whose bytes must lie (lengths past EOF, wrong VRs, nesting) are
 //! assembled from raw element bytes with [`raw_elem`] / [`raw_elem_len`].
 
-
 use std::path::{Path, PathBuf};
 
 /// What the pipeline must report for a hostile file.
