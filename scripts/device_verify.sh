@@ -5,7 +5,8 @@
 #
 # usage: scripts/device_verify.sh STAGE OUT [SECTIONS]
 #   STAGE    a folder holding bin/dicomflow(.xz), tests/*(.xz) (test executables, as
-#            ../shared/tools/device-stage.sh makes them), libs/*.xz (codec libraries:
+#            ../shared/tools/device-stage.sh makes them: the unit tests' and `it`, every
+#            integration test), libs/*.xz (codec libraries:
 #            libnvjpeg2k.so.0, libnvcomp.so.6, compressed to fit the transfer) and, for the
 #            before/after benchmarks, dicomflow-BASE.xz (an earlier build)
 #   OUT      where logs and tables go
@@ -48,17 +49,32 @@ if want tests; then
   mkdir -p "$here/target/release" && cp "$bin" "$here/target/release/dicomflow"
   mkdir -p /tmp/dv-tests
   status=0
+  run_tests() { # LABEL EXECUTABLE LIMIT [HARNESS ARGS...]: one run, its log OUT/test-LABEL.log
+    local label=$1 exe=$2 limit=$3
+    shift 3
+    ( cd "$here" && timeout "$limit" "$exe" "$@" ) > "$out/test-$label.log" 2>&1
+    local rc=$?
+    [ $rc -ne 0 ] && status=1
+    say "   test $label: rc $rc; $(grep -E '^test result' "$out/test-$label.log" | tail -1)"
+    grep -E "^test .* FAILED|panicked" "$out/test-$label.log" | head -5 | tee -a "$summary"
+  }
   for t in "$stage"/tests/*; do
     name=$(basename "$t" .xz)
     unpack "$t" "/tmp/dv-tests/$name"
-    limit=${TESTS_TIMEOUT:-90}
-    [ "$name" = gpu ] && limit=${GPU_TESTS_TIMEOUT:-300}
-    ( cd "$here" && timeout "$limit" "/tmp/dv-tests/$name" ) \
-      > "$out/test-$name.log" 2>&1
-    rc=$?
-    [ $rc -ne 0 ] && status=1
-    say "   test $name: rc $rc; $(grep -E '^test result' "$out/test-$name.log" | tail -1)"
-    grep -E "^test .* FAILED|panicked" "$out/test-$name.log" | head -5 | tee -a "$summary"
+    if [ "$name" = it ]; then
+      # The integration tests are one executable (tests/it): its GPU module first, under the
+      # GPU limit, then every other module. Tests needing what this machine lacks (DCMTK,
+      # Orthanc, tmux, Slurm, a C++ compiler) say why they skip; DICOMFLOW_REQUIRE_TOOLS and
+      # DICOMFLOW_REQUIRE_SLURM, which make that a failure, are .ci/run's, not set here.
+      run_tests it-gpu "/tmp/dv-tests/it" "${GPU_TESTS_TIMEOUT:-300}" gpu::
+      run_tests it "/tmp/dv-tests/it" "${IT_TESTS_TIMEOUT:-300}" --skip gpu::
+    else
+      # The library's and the binary's unit tests (and separate test executables of a stage
+      # built before tests/it).
+      limit=${TESTS_TIMEOUT:-90}
+      [ "$name" = gpu ] && limit=${GPU_TESTS_TIMEOUT:-300}
+      run_tests "$name" "/tmp/dv-tests/$name" "$limit"
+    fi
   done
   say "== tests: $([ $status -eq 0 ] && echo all passed || echo FAILURES)"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The reference for dicomflow's operators: Pillow applied to dicomflow's own 8-bit rendering.
 
-Used by tests/dataset.rs (`resize_matches_pillow`), and by hand:
+Used by tests/it/dataset.rs (`resize_matches_pillow`), and by hand:
 
     python3 tests/pillow_ops.py CASES.json
 

@@ -17,7 +17,7 @@
 //! here, once, in the same double-precision operations as Pillow's C, and travel to the GPU as
 //! integers, so both backends agree bit for bit. The outputs are Pillow 4–12's exactly;
 //! Pillow 13 runs the vertical pass first when the height shrinks more than the width
-//! (python-pillow/Pillow#9549), which moves near-ties by 1 there. tests/dataset.rs compares
+//! (python-pillow/Pillow#9549), which moves near-ties by 1 there. tests/it/dataset.rs compares
 //! with the Pillow installed.
 
 use std::fmt;

@@ -4,22 +4,13 @@
 //! configuration keys) in the errors of flags, `inspect`'s wording and its folder view, and
 //! naming patterns with any keyword of the DICOM dictionary.
 
-mod common;
-use common::{bin, file_names, tempdir};
+use crate::common::{assert_exit, bin, dicomflow, file_names, repo_path, stderr, stdout, tempdir};
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn dicomflow(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use std::path::PathBuf;
+use std::process::Command;
 
 fn sample() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample")
+    repo_path("assets/sample")
 }
 
 #[test]
@@ -40,7 +31,7 @@ fn a_failure_every_file_shares_is_said_once_with_its_count() {
     let mut quiet = args.to_vec();
     quiet.push("-q");
     let o = dicomflow(&quiet);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_exit(&o, 1);
     let err = stderr(&o);
     assert!(
         err.contains("200 failures: render: window 3 requested, the file has 2 window(s)"),
@@ -49,7 +40,7 @@ fn a_failure_every_file_shares_is_said_once_with_its_count() {
     assert!(err.lines().count() < 5, "{err}");
     // Without -q the log says it a few times, then that the rest fail the same way.
     let o = dicomflow(&args);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_exit(&o, 1);
     let err = stderr(&o);
     let said = err.matches("window 3 requested").count();
     assert!((2..=6).contains(&said), "said {said} times:\n{err}");
@@ -71,7 +62,7 @@ fn a_mistyped_input_path_is_a_usage_error_before_any_work() {
         out.to_str().unwrap(),
         "--no-tui",
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_exit(&o, 2);
     let err = stderr(&o);
     assert!(
         err.contains("no-such-folder: no such file or folder"),
@@ -96,7 +87,7 @@ fn an_empty_input_says_so() {
         "--no-tui",
         "-q",
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_exit(&o, 0);
     assert!(
         stderr(&o).contains("no input files found in"),
         "{}",
@@ -109,7 +100,7 @@ fn an_empty_input_says_so() {
 fn run_help_shows_defaults_and_puts_the_tuning_flags_apart() {
     let o = dicomflow(&["run", "--help"]);
     assert!(o.status.success());
-    let help = String::from_utf8_lossy(&o.stdout);
+    let help = stdout(&o);
     let (general, tuning) = help
         .split_once("Tuning (threads, backend, GPUs):")
         .unwrap_or_else(|| panic!("no tuning heading:\n{help}"));
@@ -156,7 +147,7 @@ fn a_bad_flag_value_names_the_flag_not_the_configuration_key() {
             flag,
             value,
         ]);
-        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert_exit(&o, 2);
         let err = stderr(&o);
         assert!(err.contains(&format!("for `{flag}`")), "{err}");
         assert!(!err.contains(key), "{err}");
@@ -172,7 +163,7 @@ fn a_bad_flag_value_names_the_flag_not_the_configuration_key() {
         "-c",
         cfg.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     assert!(stderr(&o).contains("output.jpeg_quality"), "{}", stderr(&o));
     std::fs::remove_dir_all(&root).unwrap();
 }
@@ -181,8 +172,8 @@ fn a_bad_flag_value_names_the_flag_not_the_configuration_key() {
 fn inspect_reads_as_written_by_hand() {
     let f = sample().join("IM00001.dcm");
     let o = dicomflow(&["inspect", f.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = String::from_utf8_lossy(&o.stdout);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
     for needle in [
         "samples            1 per pixel\n",
         "rescale 1·x - 1024",
@@ -204,10 +195,10 @@ fn inspect_reads_as_written_by_hand() {
         "16",
         "-q",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_exit(&o, 0);
     let o = dicomflow(&["inspect", root.join("IM00001.dcm").to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = String::from_utf8_lossy(&o.stdout);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
     assert!(text.contains("3 per pixel, interleaved"), "{text}");
     assert!(
         text.contains("chosen             colour RGB as stored"),
@@ -230,7 +221,7 @@ fn naming_patterns_take_any_dictionary_keyword() {
         "2",
         "-q",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_exit(&o, 0);
     let out = root.join("out");
     let o = dicomflow(&[
         "run",
@@ -242,7 +233,7 @@ fn naming_patterns_take_any_dictionary_keyword() {
         "--naming",
         "{Modality}_{Rows}/{BitsStored}/{InstanceNumber:04}",
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_exit(&o, 0);
     assert_eq!(file_names(&out), ["CT_32/12/0001.png", "CT_32/12/0002.png"]);
     // A keyword the dictionary does not know is a usage error naming it.
     let o = dicomflow(&[
@@ -253,7 +244,7 @@ fn naming_patterns_take_any_dictionary_keyword() {
         "--naming",
         "{SeriesDescriptoin}",
     ]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_exit(&o, 2);
     assert!(stderr(&o).contains("SeriesDescriptoin"), "{}", stderr(&o));
     std::fs::remove_dir_all(&root).unwrap();
 }
@@ -274,12 +265,12 @@ fn inspect_of_a_folder_lists_each_series_and_a_total() {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let o = Command::new(bin()).args(&args).output().unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
+        assert_exit(&o, 0);
     }
     std::fs::write(root.join("notes.txt"), "not DICOM").unwrap();
     let o = dicomflow(&["inspect", root.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let text = String::from_utf8_lossy(&o.stdout);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
     let ct = lines

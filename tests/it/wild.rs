@@ -3,20 +3,18 @@
 //! * Decoded stored values against the true pixels, for the causes that used to render
 //!   wrong without a word (a JPEG Lossless point transform, explicit big endian pixel data that
 //!   is not 16-bit): the fixtures come from `tests/fixtures/make_conformance.sh`, which also
-//!   compares their renderings with DCMTK's (`tests/conformance.rs`).
+//!   compares their renderings with DCMTK's (`tests/it/conformance.rs`).
 //! * Damaged images are failures with a reason, never "skipped (not an image)"
 //!   (`tests/fixtures/damaged`, made by the same script).
-
-mod common;
 
 use std::path::{Path, PathBuf};
 
 use dicomflow::decode::{probe, DecodeLimits, ImageFile, ImageInfo};
 
+use crate::common::{self, repo_path, stdout};
+
 fn conformance(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/conformance")
-        .join(name)
+    repo_path("tests/fixtures/conformance").join(name)
 }
 
 /// The header and every frame's stored values, as the pipeline decodes them into slots.
@@ -170,7 +168,7 @@ pub fn statuses(
 }
 
 fn damaged() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/damaged")
+    repo_path("tests/fixtures/damaged")
 }
 
 /// Cause 3: a file with Pixel Data (or an image SOP class) that cannot be rendered is a
@@ -213,7 +211,7 @@ fn damaged_images_are_failures_not_skips() {
 }
 
 /// Cause 9 with `--damaged render`: every frame of the cut files is written (the pixels are
-/// compared with DCMTK's `+wi` decoding in `tests/conformance.rs`), and the report says which
+/// compared with DCMTK's `+wi` decoding in `tests/it/conformance.rs`), and the report says which
 /// frame was incomplete and how much of it decoded.
 #[test]
 fn damaged_render_renders_cut_frames_with_a_warning() {
@@ -238,7 +236,7 @@ fn damaged_render_renders_cut_frames_with_a_warning() {
 }
 
 /// Causes 4–7: what DCMTK tolerates is rendered (the pixels are compared with DCMTK's in
-/// `tests/conformance.rs`), and every file says in the report what was tolerated.
+/// `tests/it/conformance.rs`), and every file says in the report what was tolerated.
 #[test]
 fn tolerated_damage_is_rendered_with_a_warning() {
     let dir = common::tempdir("wild-lenient");
@@ -276,7 +274,7 @@ fn tolerated_damage_is_rendered_with_a_warning() {
 }
 
 /// `inspect` lists a file's overlay planes (the pixels are compared with DCMTK's in
-/// `tests/conformance.rs`).
+/// `tests/it/conformance.rs`).
 #[test]
 fn inspect_lists_overlay_planes() {
     let out = std::process::Command::new(common::bin())
@@ -285,7 +283,7 @@ fn inspect_lists_overlay_planes() {
         .output()
         .unwrap();
     assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stdout(&out);
     for plane in [
         "6000: 30x40 at row 5, column 10, graphics, Overlay Data \"MARKER\"",
         "6002: 20x20 at row 30, column 35, region of interest",
@@ -298,5 +296,5 @@ fn inspect_lists_overlay_planes() {
         .arg(conformance("overlays_embedded.dcm"))
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("bit 15 of the pixel data"));
+    assert!(stdout(&out).contains("bit 15 of the pixel data"));
 }

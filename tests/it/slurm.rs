@@ -13,8 +13,6 @@
 //! skips (saying why) when not root or when `slurm-wlm` / `munge` are not installed, unless
 //! `DICOMFLOW_REQUIRE_SLURM=1` (set by .ci/run, which installs them) makes that a failure.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpListener;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -22,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, output_files, read_json, tempdir};
+use crate::common::{
+    assert_exit, bin, output_files, read_json, repo_path, stderr, stdout, tempdir,
+};
 
 const DAEMONS: [&str; 3] = [
     "/usr/sbin/munged",
@@ -114,7 +114,7 @@ impl Cluster {
 
         // The node as slurmd sees it ("NodeName=host CPUs=2 ... RealMemory=...").
         let probe = Command::new(DAEMONS[2]).arg("-C").output().unwrap();
-        let node = String::from_utf8_lossy(&probe.stdout)
+        let node = stdout(&probe)
             .lines()
             .next()
             .unwrap_or_default()
@@ -194,7 +194,7 @@ impl Cluster {
                     .client("sinfo")
                     .args(["-h", "-o", "%T"])
                     .output()
-                    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                    .map(|o| stdout(&o).trim().to_string())
                     .unwrap_or_default()
             };
             wait_for(Duration::from_secs(60), "the node to be idle", || {
@@ -294,10 +294,7 @@ fn run_within(cmd: &mut Command, limit: Duration) -> Output {
         if Instant::now() > deadline {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
-            panic!(
-                "{cmd:?} did not finish in {limit:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            panic!("{cmd:?} did not finish in {limit:?}: {}", stderr(&out));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -305,9 +302,7 @@ fn run_within(cmd: &mut Command, limit: Duration) -> Output {
 }
 
 fn recipe(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/slurm")
-        .join(name)
+    repo_path("examples/slurm").join(name)
 }
 
 #[test]
@@ -338,7 +333,7 @@ fn a_slurm_array_renders_shards_that_merge_into_the_single_host_run() {
         .arg(dir.join("single.json"))
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_exit(&o, 0);
     let expected = output_files(&single);
     assert_eq!(expected.len(), 200);
     let single_totals = read_json(&dir.join("single.json"))["result"]["totals"].clone();
@@ -361,13 +356,7 @@ fn a_slurm_array_renders_shards_that_merge_into_the_single_host_run() {
             );
         run_within(&mut c, Duration::from_secs(300))
     };
-    let text = |o: &Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
+    let text = |o: &Output| format!("{}{}", stdout(o), stderr(o));
     let merge_log = |o: &Output| {
         // "merge: job 12 (...)": its output file holds what the merge said.
         let out = text(o);

@@ -1,18 +1,18 @@
-//! Hostile input: a folder mixing good files with the corpus of `tests/hostile` is rendered by
+//! Hostile input: a folder mixing good files with the corpus of `common::hostile` is rendered by
 //! the real binary. Good frames must come out as decodable PNGs; every bad file must be in the
 //! report as failed (or skipped when it is not an image) with a reason, and in the summary;
 //! nothing may panic, hang, or leave temporary files behind; `--fail-fast` stops early.
 
-mod common;
-use common::{assert_no_panic_text, bin, reasons, run_limited, tempdir, Outcome};
-
-mod hostile;
+use crate::common::{
+    all_files, assert_no_panic_text, bin, hostile, reasons, repo_path, run_limited, synth, tempdir,
+    Outcome,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use hostile::{Case, Expect};
+use crate::common::hostile::{Case, Expect};
 
 /// The longest a run over the corpus may take (a hang or a bomb shows up here).
 const RUN_LIMIT: Duration = Duration::from_secs(30);
@@ -24,27 +24,6 @@ fn run_with_limit(args: &[&std::ffi::OsStr], limit: Duration) -> Outcome {
 
 fn os(s: &Path) -> &std::ffi::OsStr {
     s.as_os_str()
-}
-
-/// Every file under `dir`, recursively.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Decodes a PNG completely; returns (width, height).
@@ -60,7 +39,7 @@ fn decode_png(path: &Path) -> Result<(u32, u32), String> {
 }
 
 fn assert_no_temporaries(out: &Path) {
-    let leftovers: Vec<_> = walk(out)
+    let leftovers: Vec<_> = all_files(out)
         .into_iter()
         .filter(|p| {
             p.file_name()
@@ -81,16 +60,16 @@ struct Corpus {
 
 fn build(root: &Path) -> Corpus {
     let input = root.join("in");
-    let slices = hostile::synth(&input.join("good"), &["--size", "64", "--slices", "3"]);
+    let slices = synth(&input.join("good"), &["--size", "64", "--slices", "3"]);
     assert_eq!(slices.len(), 3);
-    let multi = hostile::synth(
+    let multi = synth(
         &input.join("multi"),
         &["--size", "64", "--slices", "4", "--multiframe"],
     );
     assert_eq!(multi.len(), 1);
     let mut cases = hostile::build_corpus(&input.join("hostile"), &slices[0]);
     // A DICOMDIR made by DCMTK's dcmmkdir (tests/fixtures/make_hostile.sh).
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile/DICOMDIR");
+    let fixture = repo_path("tests/fixtures/hostile/DICOMDIR");
     let dcmmkdir = input.join("hostile/dcmmkdir/DICOMDIR");
     std::fs::create_dir_all(dcmmkdir.parent().unwrap()).unwrap();
     std::fs::copy(&fixture, &dcmmkdir).expect("tests/fixtures/hostile/DICOMDIR");
@@ -184,8 +163,9 @@ fn hostile_files_are_reported_and_good_frames_are_rendered() {
         ));
         if status != case.expect.as_str() {
             mismatches.push(format!(
-                "{}: expected {}, got {status}",
+                "{} ({}): expected {}, got {status}",
                 case.name,
+                case.what,
                 case.expect.as_str()
             ));
         }
@@ -221,7 +201,7 @@ fn hostile_files_are_reported_and_good_frames_are_rendered() {
         assert!(p.is_file(), "missing output {}", p.display());
         assert_eq!(decode_png(&p), Ok((64, 64)), "{}", p.display());
     }
-    let pngs = walk(&out)
+    let pngs = all_files(&out)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "png"))
         .count();
@@ -229,7 +209,7 @@ fn hostile_files_are_reported_and_good_frames_are_rendered() {
         pngs,
         corpus.good_outputs.len(),
         "outputs other than the good frames' were written: {:?}",
-        walk(&out)
+        all_files(&out)
     );
     assert_eq!(run.code, Some(1), "exit code; stderr:\n{}", run.stderr);
     assert_no_temporaries(&out);
@@ -282,7 +262,7 @@ fn fail_fast_stops_at_the_first_failure() {
     let input = root.join("in");
     const SLICES: usize = 300;
     let series = input.join("series");
-    let good = hostile::synth(&series, &["--size", "128", "--slices", &SLICES.to_string()]);
+    let good = synth(&series, &["--size", "128", "--slices", &SLICES.to_string()]);
     assert_eq!(good.len(), SLICES);
     // The failing file sorts first in the same folder as the good slices: the scan lists every
     // input before it opens one, so those slices are always "found", and the ones the loader
@@ -335,7 +315,7 @@ fn fail_fast_stops_at_the_first_failure() {
     );
     // Every good slice is accounted for: rendered, or listed as cancelled.
     assert_eq!(done + cancelled, SLICES, "stderr:\n{}", run.stderr);
-    let written = walk(&out)
+    let written = all_files(&out)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "png"))
         .count();
@@ -344,7 +324,7 @@ fn fail_fast_stops_at_the_first_failure() {
         "--fail-fast went on to write {written} of {SLICES} slices"
     );
     // Whatever was written is complete.
-    for p in walk(&out) {
+    for p in all_files(&out) {
         decode_png(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     }
     // Control: without --fail-fast the same input is rendered in full (so the early stop
@@ -363,7 +343,7 @@ fn fail_fast_stops_at_the_first_failure() {
         RUN_LIMIT,
     );
     assert_eq!(run.code, Some(1), "stderr:\n{}", run.stderr);
-    let written_all = walk(&out_all)
+    let written_all = all_files(&out_all)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "png"))
         .count();
@@ -375,7 +355,7 @@ fn fail_fast_stops_at_the_first_failure() {
 fn fuzz_findings_fail_cleanly() {
     // Inputs the fuzzer (fuzz/README.md) found to panic or exhaust memory before the fixes.
     let root = tempdir("robustness-fuzz");
-    let regressions = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let regressions = repo_path("fuzz/regressions");
     let report_path = root.join("r.json");
     let run = run_with_limit(
         &[
@@ -400,7 +380,7 @@ fn fuzz_findings_fail_cleanly() {
     );
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
-    let files = walk(&regressions);
+    let files = all_files(&regressions);
     assert!(files.len() >= 3);
     for f in &files {
         let rec = record_for(&report, f).unwrap_or_else(|| panic!("{} not reported", f.display()));
@@ -411,7 +391,7 @@ fn fuzz_findings_fail_cleanly() {
 
     // A 32-bit image with a histogram window: the window search walked every value of the
     // range (minutes for 32-bit data) before the fix.
-    let ba32 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance/ba32.dcm");
+    let ba32 = repo_path("tests/fixtures/conformance/ba32.dcm");
     let run = run_with_limit(
         &[
             os(Path::new("run")),
@@ -436,7 +416,7 @@ fn write_fuzz_seeds() {
         return;
     };
     let root = tempdir("robustness-seeds");
-    let valid = hostile::synth(&root.join("s"), &["--size", "64", "--slices", "1"]);
+    let valid = synth(&root.join("s"), &["--size", "64", "--slices", "1"]);
     let cases = hostile::build_corpus(&root.join("h"), &valid[0]);
     let name = "bomb_jpeg_ll_sof";
     let case = cases.iter().find(|c| c.name == name).unwrap();

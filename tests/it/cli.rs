@@ -3,25 +3,16 @@
 //! and from stdin, multi-frame suffixes, naming patterns), configuration errors (exit code 2,
 //! naming the key, value and file), and `inspect`.
 
-mod common;
-use common::{bin, file_names, tempdir};
+use crate::common::{
+    self, assert_exit, bin, dicomflow, file_names, repo_path, stderr, stdout, tempdir,
+};
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn dicomflow(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).output().unwrap()
-}
-
+/// A series of 32² slices in `dir`, with `extra` arguments to `synth`.
 fn synth(dir: &Path, extra: &[&str]) {
-    let mut args = vec!["synth", dir.to_str().unwrap(), "--size", "32", "-q"];
-    args.extend_from_slice(extra);
-    let out = dicomflow(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::synth(dir, &[&["--size", "32"], extra].concat());
 }
 
 #[test]
@@ -42,12 +33,7 @@ fn output_names_mirror_the_input_tree() {
         "-q",
         "--no-tui",
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     assert_eq!(
         file_names(&out),
         [
@@ -71,7 +57,7 @@ fn output_names_mirror_the_input_tree() {
         "-q",
         "--no-tui",
     ]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     assert_eq!(file_names(&direct), ["IM00002.png"]);
     std::fs::remove_dir_all(&root).unwrap();
 }
@@ -94,12 +80,7 @@ fn naming_patterns_use_sanitized_header_values() {
         "--format",
         "jpeg",
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     assert_eq!(
         file_names(&out),
         ["PHANTOM1/1/0001.jpg", "PHANTOM1/1/0002.jpg"]
@@ -120,8 +101,8 @@ fn configuration_errors_exit_2_naming_key_value_and_file() {
         "-c",
         cfg.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
+    assert_exit(&o, 2);
+    let err = stderr(&o);
     for needle in ["bad.toml", "output.format", "gif"] {
         assert!(err.contains(needle), "{needle} not in: {err}");
     }
@@ -134,8 +115,8 @@ fn configuration_errors_exit_2_naming_key_value_and_file() {
         "-c",
         cfg.to_str().unwrap(),
     ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("windw"));
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("windw"));
     // A bad flag value is a usage error too.
     let o = dicomflow(&[
         "run",
@@ -145,10 +126,10 @@ fn configuration_errors_exit_2_naming_key_value_and_file() {
         "--window",
         "file:0",
     ]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     // The shipped default configuration is accepted as is.
-    let default = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
-    let one = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/IM00001.dcm");
+    let default = repo_path("config/default.toml");
+    let one = repo_path("assets/sample/IM00001.dcm");
     let o = dicomflow(&[
         "run",
         one.to_str().unwrap(),
@@ -159,21 +140,16 @@ fn configuration_errors_exit_2_naming_key_value_and_file() {
         "-q",
         "--no-tui",
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]
 fn inspect_explains_windows_and_the_choice() {
-    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/IM00001.dcm");
+    let f = repo_path("assets/sample/IM00001.dcm");
     let o = dicomflow(&["inspect", f.to_str().unwrap(), "--window", "file:2"]);
     assert!(o.status.success());
-    let text = String::from_utf8_lossy(&o.stdout);
+    let text = stdout(&o);
     for needle in [
         "Explicit VR Little Endian",
         "128 x 128",
@@ -198,7 +174,7 @@ fn every_thread_layout_writes_the_same_bytes() {
     synth(&input.join("ct"), &["--slices", "6"]);
     synth(&input.join("rgb"), &["--slices", "2", "--rgb"]);
     synth(&input.join("cine"), &["--multiframe", "--slices", "5"]);
-    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample");
+    let sample = repo_path("assets/sample");
     let run = |out: &Path, extra: &[&str]| {
         let mut args = vec!["run", "--no-tui", "--backend", "cpu", "--writers", "2"];
         args.extend_from_slice(extra);
@@ -209,7 +185,7 @@ fn every_thread_layout_writes_the_same_bytes() {
             out.to_str().unwrap(),
         ]);
         let o = dicomflow(&args);
-        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        let stderr = stderr(&o);
         assert!(o.status.success(), "{stderr}");
         stderr
     };
@@ -270,7 +246,7 @@ fn every_thread_layout_writes_the_same_bytes() {
 
 #[test]
 fn inspect_says_where_compressed_frames_decode() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let fixtures = repo_path("tests/fixtures");
     let j2k = fixtures.join("conformance/j2k_gray.dcm");
     // An empty folder as gpu.library_path, so the answer does not depend on this machine.
     let none = tempdir("inspect-nolib");
@@ -280,7 +256,7 @@ fn inspect_says_where_compressed_frames_decode() {
         "--library-path",
         none.to_str().unwrap(),
     ]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stdout(&out);
     let line = text
         .lines()
         .find(|l| l.starts_with("gpu decode"))
@@ -292,23 +268,23 @@ fn inspect_says_where_compressed_frames_decode() {
         "{line}"
     );
     let off = dicomflow(&["inspect", j2k.to_str().unwrap(), "--gpu-decode", "none"]);
-    let text = String::from_utf8_lossy(&off.stdout);
+    let text = stdout(&off);
     assert!(text.contains("gpu.decode = \"none\""), "{text}");
     // Small lossless JPEG stays on the CPU whatever the policy (nvJPEG decodes it wrongly).
     let sv1 = fixtures.join("conformance/jpeg_lossless_sv1.dcm");
     let out = dicomflow(&["inspect", sv1.to_str().unwrap(), "--gpu-decode", "all"]);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = stdout(&out);
     assert!(text.contains("gpu decode         CPU"), "{text}");
     // Uncompressed files have no such line.
     let raw = fixtures.join("conformance/gray8.dcm");
     let out = dicomflow(&["inspect", raw.to_str().unwrap()]);
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("gpu decode"));
+    assert!(!stdout(&out).contains("gpu decode"));
     std::fs::remove_dir_all(&none).unwrap();
 }
 
 #[test]
 fn the_summary_says_gpu_decode_is_off_on_the_cpu_backend() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
+    let fixtures = repo_path("tests/fixtures/conformance");
     let out_dir = tempdir("summary-decode-off");
     let j2k = fixtures.join("j2k_gray.dcm");
     let out = dicomflow(&[
@@ -321,7 +297,7 @@ fn the_summary_says_gpu_decode_is_off_on_the_cpu_backend() {
         "cpu",
     ]);
     assert!(out.status.success());
-    let summary = String::from_utf8_lossy(&out.stderr);
+    let summary = stderr(&out);
     assert!(
         summary.contains("gpu decode: off: the cpu backend decodes every frame"),
         "{summary}"
@@ -337,7 +313,7 @@ fn the_summary_says_gpu_decode_is_off_on_the_cpu_backend() {
         "--backend",
         "cpu",
     ]);
-    assert!(!String::from_utf8_lossy(&out.stderr).contains("gpu decode"));
+    assert!(!stderr(&out).contains("gpu decode"));
     std::fs::remove_dir_all(&out_dir).unwrap();
 }
 
@@ -360,12 +336,7 @@ fn several_folder_inputs_are_each_mirrored_under_their_own_name() {
         "-q",
         "--no-tui",
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     // As `cp -r a/ b OUT/` lays them out; the file given directly (also under b, so rendered
     // once) keeps b's name.
     assert_eq!(
@@ -390,8 +361,8 @@ fn several_folder_inputs_are_each_mirrored_under_their_own_name() {
         "-q",
         "--no-tui",
     ]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    assert_exit(&o, 1);
+    let err = stderr(&o);
     let first = a.join("IM00001.dcm");
     let second = other.join("IM00001.dcm");
     let line = err
@@ -406,7 +377,7 @@ fn several_folder_inputs_are_each_mirrored_under_their_own_name() {
 #[test]
 fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
     let root = tempdir("cli-single");
-    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/IM00100.dcm");
+    let f = repo_path("assets/sample/IM00100.dcm");
     let folder = root.join("folder");
     let o = dicomflow(&[
         "run",
@@ -416,7 +387,7 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
         "-q",
         "--no-tui",
     ]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     let expected = std::fs::read(folder.join("IM00100.png")).unwrap();
     // -o name.png: exactly that file, nothing else beside it.
     let named = root.join("sub/name.png");
@@ -428,12 +399,7 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
         "-q",
         "--no-tui",
     ]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     assert!(named.is_file(), "{} is not a file", named.display());
     assert_eq!(std::fs::read(&named).unwrap(), expected);
     assert_eq!(file_names(&root.join("sub")), ["name.png"]);
@@ -446,7 +412,7 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
         jpg.to_str().unwrap(),
         "-q",
     ]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     assert_eq!(&std::fs::read(&jpg).unwrap()[..2], &[0xFF, 0xD8]);
     let o = dicomflow(&[
         "run",
@@ -456,10 +422,10 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
         "--format",
         "jpeg",
     ]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     // -o -: the image on stdout.
     let o = dicomflow(&["run", f.to_str().unwrap(), "-o", "-", "-q", "--no-tui"]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     assert_eq!(o.stdout, expected);
     // - as input: one DICOM file from stdin, to stdout or to a folder (as `stdin.png`).
     let piped = |out: &str| {
@@ -470,15 +436,10 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
             .unwrap()
     };
     let o = piped("-");
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     assert_eq!(o.stdout, expected);
     let o = piped(root.join("from-stdin").to_str().unwrap());
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     assert_eq!(file_names(&root.join("from-stdin")), ["stdin.png"]);
     // What comes through stdin must be DICOM: anything else fails the run (exit 1), and the
     // messages name the input `-`, not the scratch copy it was read from.
@@ -502,7 +463,7 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
             child.wait_with_output()
         })
         .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("    -: scan: not DICOM"), "{err}");
     assert!(!err.contains("dicomflow-stdin"), "{err}");
@@ -517,12 +478,12 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
         root.join("notes").to_str().unwrap(),
         "-q",
     ]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("notes.txt: scan: not DICOM"));
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("notes.txt: scan: not DICOM"));
     // -o - takes one image: a folder input is a usage error, and so is a multi-frame file
     // without --frames (its frames cannot all go to one file).
     let o = dicomflow(&["run", "assets/sample", "-o", "-", "-q"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_exit(&o, 2);
     synth(&root.join("mf"), &["--slices", "3", "--multiframe"]);
     let mf = root.join("mf/MF00001.dcm");
     let one = root.join("frame.png");
@@ -533,8 +494,8 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
         one.to_str().unwrap(),
         "-q",
     ]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--frames"));
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("--frames"));
     assert!(!one.exists());
     let o = dicomflow(&[
         "run",
@@ -545,7 +506,7 @@ fn one_file_to_a_named_image_to_stdout_and_from_stdin() {
         "2",
         "-q",
     ]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     assert!(one.is_file());
     std::fs::remove_dir_all(&root).unwrap();
 }

@@ -2,21 +2,13 @@
 //! completes exactly the missing outputs (issue: foundation, acceptance 4); it never keeps
 //! images rendered with other settings (issue 21: a new window silently kept the old images).
 
-mod common;
-use common::{bin, decodes_completely, tempdir};
+use crate::common::{
+    assert_exit, bin, decodes_completely, pngs, repo_path, stderr, synth, tempdir,
+};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
-
-fn pngs(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-        .unwrap_or_default();
-    v.retain(|p| p.extension().is_some_and(|e| e == "png"));
-    v.sort();
-    v
-}
 
 /// The entries of `dir`, less the run's own state folder (`.dicomflow`: the settings record).
 fn all_entries(dir: &Path) -> Vec<String> {
@@ -34,19 +26,7 @@ fn all_entries(dir: &Path) -> Vec<String> {
 
 /// A series of `slices` 128² slices in `input`.
 fn synth_series(input: &Path, slices: usize) {
-    let status = Command::new(bin())
-        .args([
-            "synth",
-            input.to_str().unwrap(),
-            "--size",
-            "128",
-            "--slices",
-        ])
-        .arg(slices.to_string())
-        .arg("-q")
-        .status()
-        .unwrap();
-    assert!(status.success());
+    synth(input, &["--size", "128", "--slices", &slices.to_string()]);
 }
 
 /// `dicomflow run INPUT -o OUT --no-tui`, to which a test adds its flags.
@@ -185,7 +165,7 @@ fn sigterm_finishes_the_slices_in_flight_exits_130_and_skip_existing_completes_t
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let stopped = child.wait_with_output().unwrap();
-    let summary = String::from_utf8_lossy(&stopped.stderr);
+    let summary = stderr(&stopped);
     assert_eq!(
         stopped.status.code(),
         Some(130),
@@ -223,7 +203,7 @@ fn sigterm_finishes_the_slices_in_flight_exits_130_and_skip_existing_completes_t
 }
 
 fn run_sample(out: &Path, extra: &[&str]) -> std::process::Output {
-    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample");
+    let sample = repo_path("assets/sample");
     Command::new(bin())
         .args(["run", sample.to_str().unwrap(), "-o", out.to_str().unwrap()])
         .args(["--no-tui", "--skip-existing"])
@@ -237,35 +217,31 @@ fn skip_existing_refuses_images_of_other_settings_or_renders_them_again() {
     let root = tempdir("resume-settings");
     let out = root.join("out");
     let o = run_sample(&out, &["-q"]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     assert!(out.join(".dicomflow/run.json").is_file());
     let first = std::fs::read(out.join("IM00001.png")).unwrap();
     // The same settings: everything is skipped.
     let o = run_sample(&out, &[]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("0 written, 200 already present"),
+        stderr(&o).contains("0 written, 200 already present"),
         "{}",
-        String::from_utf8_lossy(&o.stderr)
+        stderr(&o)
     );
     // Another window: refused before any work, naming what changed; the images stay.
     let o = run_sample(&out, &["--window", "100,200", "-q"]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
+    assert_exit(&o, 2);
+    let err = stderr(&o);
     assert!(err.contains("window:"), "{err}");
     assert!(err.contains("--rerender-changed"), "{err}");
     assert_eq!(std::fs::read(out.join("IM00001.png")).unwrap(), first);
     // --rerender-changed renders every image again, and the record follows.
     let o = run_sample(&out, &["--window", "100,200", "--rerender-changed"]);
-    assert_eq!(o.status.code(), Some(0));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("200 written"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("200 written"), "{}", stderr(&o));
     assert_ne!(std::fs::read(out.join("IM00001.png")).unwrap(), first);
     let o = run_sample(&out, &["--window", "100,200", "-q"]);
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     // A run without --skip-existing keeps an existing record up to date.
     let o = Command::new(bin())
         .args([
@@ -279,10 +255,10 @@ fn skip_existing_refuses_images_of_other_settings_or_renders_them_again() {
         .args(["--format", "jpeg"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     let o = run_sample(&out, &["--window", "100,200", "-q"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("format:"));
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("format:"));
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -296,17 +272,12 @@ fn a_plain_first_run_is_recorded_so_skip_existing_with_another_window_is_refused
         .args(["-q", "--no-tui"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     assert!(out.join(".dicomflow/run.json").is_file());
     let first = std::fs::read(out.join("IM00001.png")).unwrap();
     let o = run_sample(&out, &["--window", "100,200", "-q"]);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("window:"));
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("window:"));
     assert_eq!(std::fs::read(out.join("IM00001.png")).unwrap(), first);
     std::fs::remove_dir_all(&root).unwrap();
 }

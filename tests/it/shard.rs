@@ -2,34 +2,19 @@
 //! walked or from a manifest, each with other thread counts) render exactly what one run
 //! renders, byte for byte; their reports validate and merge to the single run's totals; a
 //! missing shard is named until it is run again; a manifest balances mixed slice sizes by
-//! bytes; bad requests exit 2 with a reason. (tests/slurm.rs runs the same on a real Slurm
+//! bytes; bad requests exit 2 with a reason. (tests/it/slurm.rs runs the same on a real Slurm
 //! cluster.)
-
-mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
-use common::{bin, output_files, read_json, schema, tempdir};
-
-fn dicomflow(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).output().unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use crate::common::{
+    self, assert_exit, bin, code, dicomflow, output_files, read_json, repo_path, s, schema, stderr,
+    stdout, tempdir,
+};
 
 /// Two series of small slices in two folders, a multi-frame file of 5 frames, a truncated
 /// slice (fails) and a text file (skipped): 45 files, 47 outputs.
@@ -47,7 +32,7 @@ fn inputs(dir: &Path) -> PathBuf {
             seed,
             s(&input.join(folder)),
         ]);
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_exit(&o, 0);
     }
     // A multi-frame file: its frames stay together in one shard.
     let o = dicomflow(&[
@@ -62,7 +47,7 @@ fn inputs(dir: &Path) -> PathBuf {
         "3",
         s(&input.join("mf")),
     ]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_exit(&o, 0);
     let good = std::fs::read(input.join("ct/a/IM00001.dcm")).unwrap();
     std::fs::write(input.join("ct/cut.dcm"), &good[..good.len() - 900]).unwrap();
     std::fs::write(input.join("notes.txt"), "not DICOM").unwrap();
@@ -96,7 +81,7 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
 
     let manifest = dir.join("job.tsv");
     let o = dicomflow(&["scan", s(&input), "-o", s(&manifest), "--with-series"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_exit(&o, 0);
     assert!(stderr(&o).contains("listed 45 file(s)"), "{}", stderr(&o));
 
     let n = 3;
@@ -221,7 +206,7 @@ fn shards_render_what_one_run_renders_and_merge_to_its_totals() {
         .unwrap();
     std::fs::remove_file(reports.join(format!("shard-{victim}-of-{n}.json"))).unwrap();
     let o = dicomflow(&["-q", "report", "merge", s(&reports)]);
-    assert_eq!(code(&o), 1);
+    assert_exit(&o, 1);
     assert!(
         stderr(&o).contains(&format!("missing: shard {victim}:")),
         "{}",
@@ -264,12 +249,12 @@ fn a_manifest_balances_mixed_slice_sizes_by_bytes() {
             slices,
             s(&input.join(folder)),
         ]);
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_exit(&o, 0);
     }
     let manifest = dir.join("job.tsv");
     let o = dicomflow(&["scan", s(&input), "-o", s(&manifest), "--plan", "8"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let table = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_exit(&o, 0);
+    let table = stdout(&o);
     let planned: Vec<u64> = table
         .lines()
         .skip(1)
@@ -294,7 +279,7 @@ fn a_manifest_balances_mixed_slice_sizes_by_bytes() {
             "--shard",
             &spec,
         ]);
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_exit(&o, 0);
         let r = read_json(&out.join(format!(".dicomflow/reports/shard-{i}-of-8.json")));
         let bytes: u64 = r["result"]["files"]
             .as_array()
@@ -384,7 +369,7 @@ fn bad_shard_requests_exit_2_with_a_reason() {
     }
     // Merging: nothing there is a usage error; another job's report mixed in too.
     let o = dicomflow(&["report", "merge", s(&dir)]);
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert_exit(&o, 2);
     assert!(stderr(&o).contains("no shard reports"), "{}", stderr(&o));
     let o = dicomflow(&["report", "merge", s(&dir), "--shards", "2"]);
     assert_eq!(code(&o), 1, "all missing: {}", stderr(&o));
@@ -419,7 +404,7 @@ fn yaml_number(text: &str, key: &str) -> u32 {
 fn the_kubernetes_recipe_renders_and_merges_here() {
     // No cluster here: the pods' commands run as processes, each with the JOB_COMPLETION_INDEX
     // an Indexed Job gives it and the manifest's environment, /data being a scratch folder.
-    let recipes = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes");
+    let recipes = repo_path("examples/kubernetes");
     let render = std::fs::read_to_string(recipes.join("render-job.yaml")).unwrap();
     let merge = std::fs::read_to_string(recipes.join("merge-job.yaml")).unwrap();
     assert!(render.contains("completionMode: Indexed"));
@@ -451,7 +436,7 @@ fn the_kubernetes_recipe_renders_and_merges_here() {
         "40",
         s(&data.join("in/ct")),
     ]);
-    assert_eq!(code(&o), 0);
+    assert_exit(&o, 0);
     let at_data = |cmd: &[String]| -> Vec<String> {
         cmd.iter()
             .skip(1) // the image's `dicomflow`: the binary under test here
@@ -478,13 +463,13 @@ fn the_kubernetes_recipe_renders_and_merges_here() {
         "-o",
         s(&single),
     ]);
-    assert_eq!(code(&o), 0);
+    assert_exit(&o, 0);
     assert!(output_files(&data.join("out")) == output_files(&single));
     let o = Command::new(bin())
         .args(at_data(&merge_cmd))
         .output()
         .unwrap();
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_exit(&o, 0);
     let merged = read_json(&data.join("out/.dicomflow/merged.json"));
     assert_eq!(merged["complete"], true);
     assert_eq!(merged["result"]["totals"]["frames_written"], 40);
@@ -508,12 +493,12 @@ fn a_manifest_of_several_folders_names_outputs_as_a_run_of_them_does() {
             "--seed",
             seed,
         ]);
-        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_exit(&o, 0);
     }
     let single = dir.join("in/b/IM00002.dcm");
     let manifest = dir.join("m.tsv");
     let o = dicomflow(&["scan", s(&a), s(&b), s(&single), "-o", s(&manifest)]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_exit(&o, 0);
     let (walked, listed) = (dir.join("walked"), dir.join("listed"));
     let o = dicomflow(&[
         "run",
@@ -525,7 +510,7 @@ fn a_manifest_of_several_folders_names_outputs_as_a_run_of_them_does() {
         "-q",
         "--no-tui",
     ]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_exit(&o, 0);
     let o = dicomflow(&[
         "run",
         "--manifest",
@@ -535,7 +520,7 @@ fn a_manifest_of_several_folders_names_outputs_as_a_run_of_them_does() {
         "-q",
         "--no-tui",
     ]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_exit(&o, 0);
     let names = common::file_names(&listed);
     assert_eq!(names, common::file_names(&walked));
     assert_eq!(

@@ -2,8 +2,6 @@
 //! docs/merged-report-schema.json): type, required, properties, items, enum, const, minimum
 //! and `$ref` into `$defs`. A schema using any other keyword fails the test that loads it.
 
-use std::path::Path;
-
 use serde_json::Value;
 
 const KEYWORDS: &[&str] = &[
@@ -119,7 +117,7 @@ pub fn validate(root: &Value, schema: &Value, v: &Value, at: &str, errors: &mut 
 /// Loads a schema from the repository (`rel`, e.g. `docs/report-schema.json`) and checks it uses
 /// only the keywords [`validate`] implements.
 pub fn load(rel: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let path = super::repo_path(rel);
     let s: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     check_keywords(&s, "#");
     s

@@ -1,18 +1,132 @@
-//! Helpers shared by the integration tests: the binary under test, scratch folders, the
-//! files a run wrote, and runs bounded in time whose peak memory is measured.
-#![allow(dead_code)] // each test crate uses a different subset
+//! Helpers shared by the integration tests: the binary under test and runs of it (with the
+//! exit code asserted, stderr in the message), scratch folders, the files a run wrote, and
+//! runs bounded in time whose peak memory is measured. `hostile` makes the hostile corpus,
+//! `peers` runs real DICOM peers and long-running processes, `schema` validates reports.
 
+pub mod hostile;
+pub mod peers;
 pub mod schema;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The `dicomflow` binary cargo built for these tests.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dicomflow")
+}
+
+/// A file or folder of this repository (fixtures, assets, docs, examples), by its path from
+/// the root.
+pub fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// `dicomflow ARGS...` run to its end: stdin empty, stdout and stderr captured.
+pub fn dicomflow<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin()))
+}
+
+/// `dicomflow ARGS...` (see [`dicomflow`]) that must exit 0; the failure names the arguments
+/// and carries stderr.
+#[track_caller]
+pub fn dicomflow_ok<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    let out = dicomflow(args);
+    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "dicomflow {shown:?} exited with {}; stderr:\n{}",
+        out.status,
+        stderr(&out)
+    );
+    out
+}
+
+/// Asserts that `out` exited with `code`; the message carries what the process said on stderr
+/// (why it failed), which a bare comparison of codes would lose.
+#[track_caller]
+pub fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "exited with {} instead of {code}; stderr:\n{}",
+        out.status,
+        stderr(out)
+    );
+}
+
+/// The exit code (-1 when the process was killed by a signal).
+pub fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+/// What the process wrote on stderr, as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// What the process wrote on stdout, as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A path as the `&str` an argument list of [`dicomflow`] takes (test paths are UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `dicomflow -q synth DIR EXTRA...` (a phantom series), which must succeed; the files it
+/// wrote directly in `dir`, sorted.
+pub fn synth(dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
+    let mut args = vec![OsStr::new("-q"), OsStr::new("synth"), dir.as_os_str()];
+    args.extend(extra.iter().map(OsStr::new));
+    dicomflow_ok(&args);
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every file under `dir`, recursively (links not followed), as full paths, sorted; a folder
+/// that cannot be read (or is gone) is left out.
+pub fn all_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The `.png` files directly in `dir` (none when it does not exist), sorted.
+pub fn pngs(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.extension().is_some_and(|e| e == "png"));
+    v.sort();
+    v
 }
 
 /// Every file under `dir` (recursively), as paths relative to it, sorted; not the run's state
@@ -38,8 +152,19 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// A fresh, empty scratch folder unique to this test process and `name`.
+/// A fresh, empty scratch folder unique to this test process and `name`. Every test of the
+/// harness runs in the same process: a name asked for twice would be one folder for two tests
+/// running at once, so it fails the second test instead.
 pub fn tempdir(name: &str) -> PathBuf {
+    static TAKEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let fresh = TAKEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .insert(name.to_string());
+    assert!(
+        fresh,
+        "tempdir({name:?}) was already given to another test: pick a name of its own"
+    );
     let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();

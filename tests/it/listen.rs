@@ -4,20 +4,17 @@
 //! for byte with `dicomflow run` on the same files. Without DCMTK or Orthanc installed (CI
 //! installs both, see `.ci/run`) the tests say why they skip.
 
-mod common;
-mod peers;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::tempdir;
+use crate::common::peers::*;
+use crate::common::{pngs, tempdir};
 use dicom_ul::pdu::{PDataValue, PDataValueType};
 use dicomflow::source::listen::dimse::{encode_request, status, C_STORE_RQ};
 use dicomflow::source::listen::scu::{Outgoing, Scu, ScuOptions};
-use peers::*;
 
 const STORESCU: &str = "/usr/bin/storescu";
 const ECHOSCU: &str = "/usr/bin/echoscu";

@@ -4,10 +4,9 @@
 //! pipe, a report path that cannot be written, a resume over broken outputs, a naming pattern
 //! that cannot work). Each test names the finding it pins.
 
-mod common;
-use common::{assert_no_panic_text, bin, reasons, run_limited, tempdir, Outcome};
-
-mod hostile;
+use crate::common::{
+    assert_no_panic_text, bin, hostile, read_json, reasons, run_limited, synth, tempdir, Outcome,
+};
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -39,11 +38,6 @@ fn run_to(input: &Path, out: &Path, extra: &[OsString]) -> Outcome {
 /// A path from bytes (names that are not UTF-8).
 fn bytes_path(b: &[u8]) -> PathBuf {
     PathBuf::from(OsString::from_vec(b.to_vec()))
-}
-
-fn read_report(path: &Path) -> serde_json::Value {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("report {}: {e}", path.display()));
-    serde_json::from_slice(&bytes).expect("the report is JSON")
 }
 
 /// The report's record for input `path` (paths in the report are escaped: see
@@ -85,7 +79,7 @@ fn mkfifo(path: &Path) {
 /// One slice of `size`² written by `dicomflow synth` into `dir`, at `dir/name`.
 fn slice(dir: &Path, name: &str, size: u32) -> PathBuf {
     let tmp = dir.join(format!(".synth-{name}"));
-    let files = hostile::synth(&tmp, &["--size", &size.to_string(), "--slices", "1"]);
+    let files = synth(&tmp, &["--size", &size.to_string(), "--slices", "1"]);
     std::fs::create_dir_all(dir).unwrap();
     let to = dir.join(name);
     std::fs::rename(&files[0], &to).unwrap();
@@ -113,7 +107,7 @@ fn finding_01_a_fifo_is_skipped_without_opening_it() {
         os("--no-tui"),
     ]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
-    let r = read_report(&report);
+    let r = read_json(&report);
     assert_eq!(record(&r, &good)["status"], "ok");
     let rec = record(&r, &fifo);
     assert_eq!(rec["status"], "skipped");
@@ -158,7 +152,7 @@ fn finding_02_a_decompression_bomb_fails_within_bounded_memory() {
         &[os("--report"), report.clone().into(), os("-q")],
     );
     assert_eq!(o.code, Some(1), "{}", o.stderr);
-    let r = read_report(&report);
+    let r = read_json(&report);
     assert_eq!(record(&r, &legit)["status"], "ok");
     for b in &bombs {
         let rec = record(&r, b);
@@ -207,7 +201,7 @@ fn finding_03_an_output_never_replaces_an_input() {
         before,
         "the input was replaced"
     );
-    let r = read_report(&report);
+    let r = read_json(&report);
     let rec = record(&r, &input);
     assert_eq!(rec["status"], "failed");
     assert!(said(rec).contains("is an input file"), "{rec}");
@@ -243,7 +237,7 @@ fn finding_04_an_output_folder_that_is_or_holds_inputs_is_said() {
         &[os("--report"), report.clone().into(), os("--no-tui")],
     );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
-    let r = read_report(&report);
+    let r = read_json(&report);
     assert_eq!(record(&r, &top)["status"], "ok");
     let rec = record(&r, &data.join("d1"));
     assert_eq!(rec["status"], "skipped");
@@ -256,7 +250,7 @@ fn finding_04_an_output_folder_that_is_or_holds_inputs_is_said() {
 fn finding_05_a_closed_pipe_loses_neither_the_report_nor_the_exit_code() {
     let root = tempdir("adv-pipe");
     let input = root.join("big");
-    hostile::synth(&input, &["--size", "64", "--slices", "150"]);
+    synth(&input, &["--size", "64", "--slices", "150"]);
     let report = root.join("r.json");
     // `-v`: an early log line for `head` to take; everything after it meets a closed pipe.
     let script = format!(
@@ -271,7 +265,7 @@ fn finding_05_a_closed_pipe_loses_neither_the_report_nor_the_exit_code() {
     let o = run_limited(Command::new("bash").args(["-c", &script]), LIMIT);
     let rc = std::fs::read_to_string(root.join("rc")).unwrap();
     assert_eq!(rc.trim(), "0", "exit code; printed:\n{}", o.stdout);
-    let r = read_report(&report);
+    let r = read_json(&report);
     assert_eq!(r["result"]["totals"]["files_ok"], 150);
     // `inspect … | true`: the reader is gone before anything is written.
     let script = format!(
@@ -310,7 +304,7 @@ fn finding_06_names_that_are_not_utf8_round_trip() {
     for n in [&b"ok\xff.png"[..], b"a\xff.png", b"a\xfe.png"] {
         assert_eq!(png_size(&out.join(bytes_path(n))), (16, 16));
     }
-    let r = read_report(&report);
+    let r = read_json(&report);
     for p in &inputs {
         let rec = record(&r, p);
         assert_eq!(rec["status"], "ok", "{rec}");
@@ -326,7 +320,7 @@ fn finding_06_names_that_are_not_utf8_round_trip() {
 fn finding_07_a_report_or_trace_that_cannot_be_written_is_said_up_front() {
     let root = tempdir("adv-report");
     let input = root.join("in");
-    hostile::synth(&input, &["--size", "16", "--slices", "2"]);
+    synth(&input, &["--size", "16", "--slices", "2"]);
     for flag in ["--report", "--trace"] {
         let out = root.join(format!("out{flag}"));
         let o = run_to(&input, &out, &[os(flag), os("/proc/rep.json")]);
@@ -341,7 +335,7 @@ fn finding_07_a_report_or_trace_that_cannot_be_written_is_said_up_front() {
 fn finding_07_a_full_disk_at_the_end_keeps_the_summary_and_the_exit_code() {
     let root = tempdir("adv-enospc");
     let input = root.join("in");
-    hostile::synth(&input, &["--size", "256", "--slices", "60"]);
+    synth(&input, &["--size", "256", "--slices", "60"]);
     let small = root.join("small");
     std::fs::create_dir_all(&small).unwrap();
     let mounted = Command::new("mount")
@@ -372,7 +366,7 @@ fn finding_07_a_full_disk_at_the_end_keeps_the_summary_and_the_exit_code() {
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     assert!(o.stderr.contains("\n  failed:\n"), "{}", o.stderr);
     assert!(o.stderr.contains("error: trace"), "{}", o.stderr);
-    let r = read_report(&report);
+    let r = read_json(&report);
     assert!(r["result"]["totals"]["frames_failed"].as_u64().unwrap() > 0);
     let _ = std::fs::remove_dir_all(&root);
 }
@@ -404,7 +398,7 @@ fn finding_08_the_first_input_in_name_order_keeps_a_shared_output_name() {
             (512, 512),
             "writers {writers}"
         );
-        let r = read_report(&report);
+        let r = read_json(&report);
         assert_eq!(record(&r, &big)["status"], "ok");
         let rec = record(&r, &small);
         assert_eq!(rec["status"], "failed");
@@ -424,7 +418,7 @@ fn finding_08_the_first_input_in_name_order_keeps_a_shared_output_name() {
         ],
     );
     assert_eq!(o.code, Some(1), "{}", o.stderr);
-    let r = read_report(&report);
+    let r = read_json(&report);
     let rec = record(&r, &big);
     assert_eq!(rec["status"], "ok");
     assert_eq!(rec["outputs"][0]["existing"], true);
@@ -436,7 +430,7 @@ fn finding_08_the_first_input_in_name_order_keeps_a_shared_output_name() {
 fn finding_09_resume_renders_broken_outputs_again() {
     let root = tempdir("adv-resume");
     let input = root.join("in");
-    hostile::synth(&input, &["--size", "32", "--slices", "5"]);
+    synth(&input, &["--size", "32", "--slices", "5"]);
     let out = root.join("out");
     let o = run_to(&input, &out, &[os("-q")]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
@@ -459,7 +453,7 @@ fn finding_09_resume_renders_broken_outputs_again() {
     );
     // The folder cannot be replaced: that frame fails, saying so.
     assert_eq!(o.code, Some(1), "{}", o.stderr);
-    let r = read_report(&report);
+    let r = read_json(&report);
     let t = &r["result"]["totals"];
     assert_eq!(t["frames_written"], 3, "{t}");
     assert_eq!(t["frames_existing"], 1, "{t}");
@@ -492,7 +486,7 @@ fn finding_10_everything_the_scan_does_not_render_is_listed() {
         &[os("--report"), report.clone().into(), os("--no-tui")],
     );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
-    let r = read_report(&report);
+    let r = read_json(&report);
     assert_eq!(record(&r, &good)["status"], "ok");
     // A symlinked folder is followed (its files keep the link's path).
     assert_eq!(record(&r, &data.join("series/linked.dcm"))["status"], "ok");
@@ -515,7 +509,7 @@ fn finding_10_everything_the_scan_does_not_render_is_listed() {
 fn finding_11_a_naming_pattern_that_cannot_work_is_refused_up_front() {
     let root = tempdir("adv-naming");
     let input = root.join("in");
-    hostile::synth(&input, &["--size", "16", "--slices", "2"]);
+    synth(&input, &["--size", "16", "--slices", "2"]);
     let out = root.join("out");
     for (pattern, says) in [
         ("{InstanceNumber:65536}", "width"),
@@ -543,7 +537,7 @@ fn finding_12_trace_memory_does_not_grow_with_the_run() {
     let root = tempdir("adv-trace");
     let input = root.join("in");
     const FILES: usize = 3000;
-    hostile::synth(&input, &["--size", "8", "--slices", &FILES.to_string()]);
+    synth(&input, &["--size", "8", "--slices", &FILES.to_string()]);
     let peak = |trace: bool| {
         let mut args = vec![
             os("run"),
@@ -583,7 +577,7 @@ fn finding_12_trace_memory_does_not_grow_with_the_run() {
 fn finding_13_the_smaller_ones() {
     let root = tempdir("adv-small");
     let input = root.join("in");
-    hostile::synth(&input, &["--size", "16", "--slices", "3"]);
+    synth(&input, &["--size", "16", "--slices", "3"]);
 
     // The same folder twice: rendered once, the repeat listed; nothing fails.
     let report = root.join("twice.json");
@@ -598,7 +592,7 @@ fn finding_13_the_smaller_ones() {
         os("-q"),
     ]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
-    let t = &read_report(&report)["result"]["totals"];
+    let t = &read_json(&report)["result"]["totals"];
     assert_eq!(
         (t["files_ok"].as_u64(), t["files_failed"].as_u64()),
         (Some(3), Some(0))

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::{assert_exit, bin, repo_path, tempdir};
+
 const STAGES: [&str; 4] = ["read+decode", "compute", "encode", "write"];
 
 struct Tmux {
@@ -60,7 +62,7 @@ fn have_tmux() -> bool {
 
 /// The bundled sample (assets/sample), if it is there.
 fn bundled_sample() -> Option<PathBuf> {
-    let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample");
+    let bundled = repo_path("assets/sample");
     let has_files = std::fs::read_dir(&bundled).is_ok_and(|mut d| d.next().is_some());
     has_files.then_some(bundled)
 }
@@ -68,7 +70,7 @@ fn bundled_sample() -> Option<PathBuf> {
 /// A generated 200-slice 512×512 series.
 fn generated_sample(dir: &Path) -> PathBuf {
     let out = dir.join("sample");
-    let st = Command::new(env!("CARGO_BIN_EXE_dicomflow"))
+    let st = Command::new(bin())
         .args(["-q", "synth", "--size", "512", "--slices", "200"])
         .arg(&out)
         .status()
@@ -105,7 +107,7 @@ fn drive(input: &Path, out: &Path, socket: &str) -> Option<Seen> {
     // Slow enough to watch with ordinary knobs: one loader, one writer, best PNG compression.
     let run = format!(
         "'{}' run '{}' -o '{}' --tui --loaders 1 --writers 1 --png-compression best",
-        env!("CARGO_BIN_EXE_dicomflow"),
+        bin(),
         input.display(),
         out.display()
     );
@@ -129,11 +131,7 @@ fn drive(input: &Path, out: &Path, socket: &str) -> Option<Seen> {
         "-c",
         &script,
     ]);
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    assert_exit(&st, 0);
     let alternate = || {
         String::from_utf8_lossy(
             &tmux
@@ -190,9 +188,7 @@ fn dashboard_in_tmux_quits_cleanly_with_q() {
         eprintln!("SKIPPED: tmux is not installed (apt-get install tmux)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("dicomflow-tmux-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("tmux");
     let out = dir.join("out");
     let socket = format!("dicomflow-test-{}", std::process::id());
     let seen = match bundled_sample().and_then(|s| drive(&s, &out, &socket)) {

@@ -2,7 +2,6 @@
 //! long-running process (`listen`, `watch`): processes killed by PID when the test ends, also
 //! on failure; waiting with a deadline; test series and their SOP Instance UIDs; reference
 //! outputs from `dicomflow run`.
-#![allow(dead_code)] // each test crate uses a different subset
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -10,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::bin;
+use crate::common::{all_files, bin};
 
 /// A child process killed (SIGKILL, by its PID) and reaped when dropped, so that a failing
 /// test leaves no peer running.
@@ -138,35 +137,11 @@ pub fn free_port() -> u16 {
 
 /// Writes a `slices`-slice phantom series of `size`² into `dir`; its files, in order.
 pub fn synth(dir: &Path, size: u32, slices: u32, seed: u64) -> Vec<PathBuf> {
-    let status = Command::new(bin())
-        .args(["synth", dir.to_str().unwrap(), "-q", "--size"])
-        .arg(size.to_string())
-        .arg("--slices")
-        .arg(slices.to_string())
-        .arg("--seed")
-        .arg(seed.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    dicom_files(dir)
-}
-
-/// The files under `dir`, recursively, sorted.
-pub fn dicom_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
+    let (size, slices, seed) = (size.to_string(), slices.to_string(), seed.to_string());
+    crate::common::synth(
+        dir,
+        &["--size", &size, "--slices", &slices, "--seed", &seed],
+    )
 }
 
 /// The SOP Instance UID in a file's meta group.
@@ -197,23 +172,13 @@ pub fn reference_outputs(inputs: &[PathBuf], out: &Path) -> BTreeMap<String, Vec
             .status()
             .unwrap();
         assert!(status.success(), "run {}", input.display());
-        let png = dicom_files(&dir)
+        let png = all_files(&dir)
             .into_iter()
             .find(|p| p.extension().is_some_and(|e| e == "png"))
             .unwrap_or_else(|| panic!("no output for {}", input.display()));
         refs.insert(sop_instance_uid(input), std::fs::read(png).unwrap());
     }
     refs
-}
-
-/// The `.png` files directly in `dir`.
-pub fn pngs(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    v.retain(|p| p.extension().is_some_and(|e| e == "png"));
-    v.sort();
-    v
 }
 
 /// A running `dicomflow listen`, on the port it reports.

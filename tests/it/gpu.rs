@@ -6,8 +6,9 @@
 //! second process, that several GPUs share the work with identical output, and that
 //! `bench transfer` and `bench gpu-encode` print their whole tables.
 
-mod common;
-use common::{bin, tempdir};
+use crate::common::{
+    self, assert_exit, bin, dicomflow, dicomflow_ok, repo_path, stderr, stdout, tempdir,
+};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -434,16 +435,6 @@ fn gpu_every_strategy_matches_the_cpu_reference_bit_for_bit() {
     }
 }
 
-fn run(args: &[&str]) -> std::process::Output {
-    let out = Command::new(bin()).args(args).output().unwrap();
-    assert!(
-        out.status.code() == Some(0),
-        "dicomflow {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 fn outputs(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     files(dir, "png")
         .into_iter()
@@ -456,11 +447,11 @@ fn gpu_conformance_fixtures_match_the_cpu_for_every_strategy() {
     if gpu_or_skip("gpu_conformance_fixtures_match_the_cpu_for_every_strategy").is_none() {
         return;
     }
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
+    let fixtures = repo_path("tests/fixtures/conformance");
     let root = tempdir("gpu-conformance");
     let cpu_out = root.join("cpu");
     let f = fixtures.to_str().unwrap();
-    run(&[
+    dicomflow_ok(&[
         "run",
         f,
         "-o",
@@ -474,7 +465,7 @@ fn gpu_conformance_fixtures_match_the_cpu_for_every_strategy() {
     assert!(!expected.is_empty(), "no conformance fixtures rendered");
     for transfer in ["zero-copy", "pinned", "pageable"] {
         let out = root.join(transfer);
-        run(&[
+        dicomflow_ok(&[
             "run",
             f,
             "-o",
@@ -518,7 +509,7 @@ fn gpu_operators_through_the_binary_match_the_cpu_for_every_strategy() {
         let d = input.join(dir);
         let mut args = vec!["synth", d.to_str().unwrap(), "-q"];
         args.extend_from_slice(extra);
-        run(&args);
+        dicomflow_ok(&args);
     }
     let cases: &[&[&str]] = &[
         &["--resize", "64x48"],
@@ -568,7 +559,7 @@ fn gpu_operators_through_the_binary_match_the_cpu_for_every_strategy() {
                 ];
                 args.extend_from_slice(backend);
                 args.extend_from_slice(case);
-                run(&args);
+                dicomflow_ok(&args);
             }
         };
         let cpu_out = root.join(format!("cpu-{n}"));
@@ -627,7 +618,7 @@ fn gpu_second_process_start_uses_the_kernel_cache() {
     }
     let root = tempdir("gpu-cache");
     let input = root.join("in");
-    run(&[
+    dicomflow_ok(&[
         "synth",
         input.to_str().unwrap(),
         "--size",
@@ -646,7 +637,7 @@ fn gpu_second_process_start_uses_the_kernel_cache() {
         )
         .unwrap();
         let report = root.join(format!("r{i}.json"));
-        run(&[
+        dicomflow_ok(&[
             "run",
             input.to_str().unwrap(),
             "-o",
@@ -696,7 +687,7 @@ fn gpu_all_devices_share_the_work_with_identical_output() {
     }
     let root = tempdir("gpu-multi");
     let input = root.join("in");
-    run(&[
+    dicomflow_ok(&[
         "synth",
         input.to_str().unwrap(),
         "--size",
@@ -709,7 +700,7 @@ fn gpu_all_devices_share_the_work_with_identical_output() {
     let all = root.join("all");
     let report = root.join("r.json");
     let i = input.to_str().unwrap();
-    run(&[
+    dicomflow_ok(&[
         "run",
         i,
         "-o",
@@ -721,7 +712,7 @@ fn gpu_all_devices_share_the_work_with_identical_output() {
         "--gpus",
         "0",
     ]);
-    run(&[
+    dicomflow_ok(&[
         "run",
         i,
         "-o",
@@ -767,14 +758,14 @@ fn gpu_bench_transfer_prints_every_strategy_and_the_zero_copy_floor() {
         "2",
     ];
     if gpu_or_skip("gpu_bench_transfer_prints_every_strategy_and_the_zero_copy_floor").is_none() {
-        let out = Command::new(bin()).args(args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2));
-        let err = String::from_utf8_lossy(&out.stderr);
+        let out = dicomflow(&args);
+        assert_exit(&out, 2);
+        let err = stderr(&out);
         assert!(err.contains("libcuda") || err.contains("device"), "{err}");
         return;
     }
-    let out = run(&args);
-    let table = String::from_utf8_lossy(&out.stdout);
+    let out = dicomflow_ok(&args);
+    let table = stdout(&out);
     let row = |strategy: &str, mode: &str| {
         table.lines().any(|l| {
             l.starts_with("512x512") && l.contains(strategy) && l.contains(mode) && l.ends_with('x')
@@ -806,7 +797,7 @@ fn gpu_damaged_images_fail_as_on_the_cpu() {
         return;
     }
     // Issue 16 causes 3 and 9: damaged images and cut frames are failures on every backend.
-    let damaged = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/damaged");
+    let damaged = repo_path("tests/fixtures/damaged");
     let root = tempdir("gpu-damaged");
     let mut reports = Vec::new();
     for backend in ["cpu", "cuda"] {
@@ -885,11 +876,11 @@ fn run_report(
     }
     args.push(report.display().to_string());
     args.extend(extra.iter().map(|s| s.to_string()));
-    let output = Command::new(bin()).args(&args).output().unwrap();
+    let output = dicomflow(&args);
     let text = std::fs::read_to_string(&report).unwrap_or_else(|e| {
         panic!(
             "no report from dicomflow {args:?} ({e}): {}",
-            String::from_utf8_lossy(&output.stderr)
+            stderr(&output)
         )
     });
     (output, serde_json::from_str(&text).unwrap())
@@ -925,7 +916,7 @@ fn gpu_decode_lossless_fixtures_match_the_cpu_backend_for_every_strategy() {
     if !codecs_or_skip(test) {
         return;
     }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let here = repo_path("tests/fixtures");
     let root = tempdir("gpu-decode-lossless");
     let inputs = root.join("in");
     std::fs::create_dir_all(&inputs).unwrap();
@@ -948,12 +939,7 @@ fn gpu_decode_lossless_fixtures_match_the_cpu_backend_for_every_strategy() {
     }
     let cpu_out = root.join("cpu");
     let (o, _) = run_report(&[&inputs], &cpu_out, &["--backend", "cpu"]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     let expected = outputs(&cpu_out);
     // Default policy: JPEG 2000 (gray, RCT colour, HTJ2K, signed 16-bit) on the GPU; "all"
     // adds lossless JPEG of 256x256 and more (signed16_jls). Every output stays identical.
@@ -978,12 +964,7 @@ fn gpu_decode_lossless_fixtures_match_the_cpu_backend_for_every_strategy() {
                 policy,
             ],
         );
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert_exit(&o, 0);
         assert_same_outputs(&outputs(&out), &expected, &what);
         let (decoded, fallback) = gpu_decode_counts(&report);
         assert!(
@@ -1005,7 +986,7 @@ fn gpu_decode_200_slice_lossless_series_match_the_cpu_backend() {
     if !codecs_or_skip(test) {
         return;
     }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu_decode");
+    let here = repo_path("tests/fixtures/gpu_decode");
     let root = tempdir("gpu-decode-series");
     // 10 distinct slices per syntax, each copied into 20 folders: 200 slices per series.
     for series in ["series_j2k", "series_jls"] {
@@ -1019,12 +1000,7 @@ fn gpu_decode_200_slice_lossless_series_match_the_cpu_backend() {
     }
     let inputs = root.join("in");
     let (o, _) = run_report(&[&inputs], &root.join("cpu"), &["--backend", "cpu"]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     let expected = outputs(&root.join("cpu"));
     assert_eq!(expected.len(), 400);
     // "all": lossless JPEG goes to the GPU only then (JPEG 2000 goes with the default too).
@@ -1033,12 +1009,7 @@ fn gpu_decode_200_slice_lossless_series_match_the_cpu_backend() {
         &root.join("cuda"),
         &["--backend", "cuda", "--gpu-decode", "all"],
     );
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_exit(&o, 0);
     assert_same_outputs(&outputs(&root.join("cuda")), &expected, "200-slice series");
     let (decoded, fallback) = gpu_decode_counts(&report);
     assert_eq!(
@@ -1067,7 +1038,7 @@ fn gpu_decode_damaged_frames_are_reported_alone_and_the_run_goes_on() {
     if !codecs_or_skip(test) {
         return;
     }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let here = repo_path("tests/fixtures");
     let root = tempdir("gpu-decode-damaged");
     let inputs = root.join("in");
     std::fs::create_dir_all(&inputs).unwrap();
@@ -1092,7 +1063,7 @@ fn gpu_decode_damaged_frames_are_reported_alone_and_the_run_goes_on() {
         &root.join("cuda"),
         &["--backend", "cuda", "--gpu-decode", "all"],
     );
-    let stderr = String::from_utf8_lossy(&o.stderr);
+    let stderr = stderr(&o);
     assert!(
         matches!(o.status.code(), Some(0) | Some(1)),
         "exit {:?}: {stderr}",
@@ -1157,20 +1128,15 @@ fn gpu_bench_decode_finds_no_difference_on_lossless_frames() {
     if !codecs_or_skip(test) {
         return;
     }
-    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let here = repo_path("tests/fixtures");
     let out = Command::new(bin())
         .args(["bench", "decode", "--iters", "3"])
         .arg(here.join("conformance"))
         .arg(here.join("gpu_decode"))
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
     eprintln!("{text}");
     assert!(
         text.contains("lossless frames with differences: 0"),
@@ -1356,17 +1322,16 @@ fn gpu_encoded_fixtures_and_series_match_the_cpu_backend() {
     {
         return;
     }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let root = tempdir("gpu-encode");
     let samples = std::env::var_os("DICOMFLOW_GPU_SAMPLES").map(PathBuf::from);
     for (name, input) in [
-        ("fixtures", manifest.join("tests/fixtures/conformance")),
-        ("series", manifest.join("assets/sample")),
+        ("fixtures", repo_path("tests/fixtures/conformance")),
+        ("series", repo_path("assets/sample")),
     ] {
         let i = input.to_str().unwrap();
         for (format, ext) in [("png", "png"), ("jpeg", "jpg")] {
             let cpu = root.join(format!("{name}-{format}-cpu"));
-            run(&[
+            dicomflow_ok(&[
                 "run",
                 i,
                 "-o",
@@ -1388,7 +1353,7 @@ fn gpu_encoded_fixtures_and_series_match_the_cpu_backend() {
             for transfer in transfers {
                 let gpu = root.join(format!("{name}-{format}-gpu-{transfer}"));
                 let report = root.join(format!("{name}-{format}-{transfer}.json"));
-                run(&[
+                dicomflow_ok(&[
                     "run",
                     i,
                     "-o",
@@ -1492,12 +1457,11 @@ fn pillow_check(dir: &Path, got: &[(PathBuf, Vec<u8>)]) {
         .args(&paths)
         .output()
     {
-        Ok(out) if out.status.success() => eprintln!(
-            "Pillow opened {} GPU PNGs",
-            String::from_utf8_lossy(&out.stdout).trim()
-        ),
+        Ok(out) if out.status.success() => {
+            eprintln!("Pillow opened {} GPU PNGs", stdout(&out).trim())
+        }
         Ok(out) => {
-            let err = String::from_utf8_lossy(&out.stderr);
+            let err = stderr(&out);
             assert!(err.contains("No module named"), "Pillow failed: {err}");
             eprintln!("Pillow not installed here: not checked");
         }
@@ -1525,17 +1489,17 @@ fn gpu_bench_gpu_encode_prints_png_and_jpeg_rows() {
     ];
     let test = "gpu_bench_gpu_encode_prints_png_and_jpeg_rows";
     if gpu_or_skip(test).is_none() {
-        let out = Command::new(bin()).args(args).output().unwrap();
-        assert_eq!(out.status.code(), Some(2));
-        let err = String::from_utf8_lossy(&out.stderr);
+        let out = dicomflow(&args);
+        assert_exit(&out, 2);
+        let err = stderr(&out);
         assert!(err.contains("libcuda") || err.contains("device"), "{err}");
         return;
     }
     if !gpu_encoder_or_skip(test, "libnvcomp.so.6") {
         return;
     }
-    let out = run(&args);
-    let table = String::from_utf8_lossy(&out.stdout);
+    let out = dicomflow_ok(&args);
+    let table = stdout(&out);
     assert!(
         table
             .lines()

@@ -1,6 +1,7 @@
 //! Hostile DICOM corpus, generated at test time from a valid `dicomflow synth` file by
 //! byte-level edits (nothing binary is committed for these cases, so every case is reviewable
-//! here). Used by `tests/robustness.rs`; `fuzz/seeds/` holds a few of these files too.
+//! here). Used by `tests/it/robustness.rs` and `tests/it/adversarial.rs`; `fuzz/seeds/` holds
+//! a few of these files too.
 //!
 //! The valid file is Explicit VR Little Endian with a file meta group and no sequences, so a
 //! tiny element reader/writer is enough: [`Dicom::parse`] splits it into meta and data set
@@ -8,10 +9,7 @@
 //! meta group length). Cases whose bytes must lie (lengths past EOF, wrong VRs, nesting) are
 //! assembled from raw element bytes with [`raw_elem`] / [`raw_elem_len`].
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// What the pipeline must report for a hostile file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -422,24 +420,6 @@ pub fn deflate_bomb(valid: &Dicom, declared: u32) -> Vec<u8> {
     // The final block: empty, stored.
     bytes.extend([0x01, 0x00, 0x00, 0xff, 0xff]);
     bytes
-}
-
-/// Runs `dicomflow synth` into `dir` with the given extra arguments; returns the files.
-pub fn synth(dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
-    let status = Command::new(env!("CARGO_BIN_EXE_dicomflow"))
-        .arg("-q")
-        .arg("synth")
-        .arg(dir)
-        .args(extra)
-        .status()
-        .expect("run dicomflow synth");
-    assert!(status.success(), "dicomflow synth failed");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    v.sort();
-    v
 }
 
 const JPEG_LOSSLESS_SV1: &str = "1.2.840.10008.1.2.4.70";

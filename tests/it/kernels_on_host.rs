@@ -2,10 +2,9 @@
 //! as host C++ — a shim header makes a launch one thread that walks the whole grid-stride loop —
 //! and run against the CPU reference on the same inputs and tables: their index and integer
 //! arithmetic, checked on any machine with a C++ compiler. (Launch sizes, memory and transfers
-//! need a GPU: `tests/gpu.rs` compares the real launches.) Skips, saying why, without `c++`.
+//! need a GPU: `tests/it/gpu.rs` compares the real launches.) Skips, saying why, without `c++`.
 
-mod common;
-use common::tempdir;
+use crate::common::{repo_path, stderr, tempdir};
 
 use std::io::Write as _;
 use std::path::Path;
@@ -77,7 +76,7 @@ int main(int argc, char** argv) {
 
 /// Compiles the harness with the kernels; `None` (after saying why) without a C++ compiler.
 fn harness(dir: &Path) -> Option<std::path::PathBuf> {
-    let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let kernels = repo_path("kernels");
     let source = dir.join("harness.cpp");
     std::fs::write(
         &source,
@@ -106,7 +105,7 @@ fn harness(dir: &Path) -> Option<std::path::PathBuf> {
             assert!(
                 o.status.success(),
                 "the kernels do not compile as host C++:\n{}",
-                String::from_utf8_lossy(&o.stderr)
+                stderr(&o)
             );
             Some(exe)
         }

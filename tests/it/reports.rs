@@ -7,19 +7,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
-mod common;
-use common::schema::errors_of;
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_dicomflow")
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dicomflow-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use crate::common::schema::{self, errors_of};
+use crate::common::{bin, stderr, tempdir};
 
 /// The string `key` of every object in the JSON array `list`.
 fn field_of_each<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
@@ -31,7 +20,7 @@ fn field_of_each<'a>(list: &'a Value, key: &str) -> Vec<&'a str> {
 }
 
 fn schema() -> Value {
-    common::schema::load("docs/report-schema.json")
+    schema::load("docs/report-schema.json")
 }
 
 // ---- the test ----
@@ -62,7 +51,7 @@ fn inputs(dir: &Path) -> PathBuf {
 
 #[test]
 fn report_validates_and_trace_has_spans_for_every_stage() {
-    let dir = temp_dir("reports");
+    let dir = tempdir("reports");
     let series = inputs(&dir);
     let (report, trace) = (dir.join("report.json"), dir.join("trace.json"));
     let out = Command::new(bin())
@@ -76,7 +65,7 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
         .arg(&trace)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr(&out);
     // The truncated file fails, so the exit code is 1; the summary is printed.
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -249,7 +238,7 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
 
 #[test]
 fn a_live_report_validates_and_counts_every_arrival() {
-    let dir = temp_dir("reports-live");
+    let dir = tempdir("reports-live");
     let series = inputs(&dir);
     let report = dir.join("report.json");
     let config = dir.join("watch.toml");

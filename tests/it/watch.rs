@@ -2,23 +2,20 @@
 //! once complete and never before; a finished folder moved in is walked; 300 files copied
 //! quickly into new subfolders are all rendered; every file exactly once.
 
-mod common;
-mod peers;
-
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{bin, tempdir};
-use peers::*;
+use crate::common::peers::*;
+use crate::common::{all_files, assert_exit, bin, stderr, tempdir};
 
 /// Every output under `dir`, recursively.
 fn outputs(dir: &Path) -> Vec<std::path::PathBuf> {
     if !dir.exists() {
         return Vec::new();
     }
-    dicom_files(dir)
+    all_files(dir)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "png"))
         .collect()
@@ -134,7 +131,7 @@ fn several_watched_folders_are_mirrored_under_their_names_and_the_settings_recor
         .arg(&a)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0));
+    assert_exit(&o, 0);
     // ...so watching into the same folder with --skip-existing and another window is refused
     // before any work, naming what changed.
     let o = Command::new(bin())
@@ -151,7 +148,7 @@ fn several_watched_folders_are_mirrored_under_their_names_and_the_settings_recor
         .arg(&b)
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("window:"), "{err}");
     // Two folders, each under its own name (as `run a b -o OUT` lays them out).

@@ -5,8 +5,9 @@
 //! its tool is missing), and the slot sizing operators need (outputs larger than inputs, in
 //! every thread layout).
 
-mod common;
-use common::{bin, file_names, tempdir};
+use crate::common::{
+    assert_exit, dicomflow, dicomflow_ok, file_names, repo_path, s, stderr, stdout, synth, tempdir,
+};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,26 +18,6 @@ use dicom_core::{DataElement, VR};
 use dicom_dictionary_std::{tags, uids};
 use dicom_object::meta::FileMetaTableBuilder;
 use dicom_object::InMemDicomObject;
-
-fn dicomflow(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).output().unwrap()
-}
-
-/// Runs dicomflow and asserts it succeeded.
-fn ok(args: &[&str]) -> Output {
-    let out = dicomflow(args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "dicomflow {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// Renders `input` into `out` on the CPU backend with `extra` arguments.
 fn render(input: &Path, out: &Path, extra: &[&str]) -> Output {
@@ -51,13 +32,7 @@ fn render(input: &Path, out: &Path, extra: &[&str]) -> Output {
         "cpu",
     ];
     args.extend_from_slice(extra);
-    ok(&args)
-}
-
-fn synth(dir: &Path, extra: &[&str]) {
-    let mut args = vec!["synth", s(dir), "-q"];
-    args.extend_from_slice(extra);
-    ok(&args);
+    dicomflow_ok(&args)
 }
 
 /// A decoded image: width, height, channels, samples.
@@ -239,11 +214,7 @@ fn unsigned_32_bit_gray_near_2_pow_32_renders_bright() {
                 let dcmtk = root.join(format!("{name}-dcmtk.png"));
                 let args = [&["--write-png"], dcmtk_args, &[s(&input), s(&dcmtk)]].concat();
                 let o = tool("dcm2pnm", &args).unwrap();
-                assert!(
-                    o.status.success(),
-                    "dcm2pnm: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                );
+                assert!(o.status.success(), "dcm2pnm: {}", stderr(&o));
                 assert_eq!(png(&dcmtk), ours, "{name}: against dcm2pnm");
             }
         }
@@ -316,7 +287,7 @@ fn overlays_are_drawn_before_the_operators() {
     // The overlay planes turn with the image: rotating the output with overlays equals the
     // rotated rendering with overlays (and differs from it without them).
     let root = tempdir("ds-overlays");
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
+    let fixtures = repo_path("tests/fixtures/conformance");
     for name in ["overlays.dcm", "overlays_embedded.dcm"] {
         let input = fixtures.join(name);
         let stem = name.trim_end_matches(".dcm");
@@ -401,7 +372,7 @@ fn bad_operator_values_are_usage_errors_naming_the_flag() {
         let mut a = vec!["run", s(&input), "-o", s(&out), "--no-tui"];
         a.extend_from_slice(&args);
         let o = dicomflow(&a);
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(key), "{args:?}: {err}");
     }
@@ -506,18 +477,14 @@ fn resize_matches_pillow() {
     }
     let list = root.join("cases.json");
     std::fs::write(&list, serde_json::to_vec(&cases).unwrap()).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pillow_ops.py");
+    let script = repo_path("tests/pillow_ops.py");
     let out = Command::new("python3")
         .arg(&script)
         .arg(&list)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
     let mut worst = 0;
     let mut exact = 0;
     for line in text.lines() {
@@ -669,7 +636,7 @@ fn window_channels_are_the_frame_through_each_window() {
         "--window",
         "80,200",
     ]);
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("need a grayscale image"), "{err}");
     std::fs::remove_dir_all(&root).unwrap();
@@ -733,7 +700,7 @@ fn windows_by_modality_and_series_come_from_the_config() {
     // A bad value in a table names its key.
     let c = config("[render.window_by_modality]\nMR = \"wide\"\n");
     let o = dicomflow(&["run", s(&ct), "-o", s(&root.join("x")), "-c", s(&c)]);
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("render.window_by_modality.MR"), "{err}");
     std::fs::remove_dir_all(&root).unwrap();
@@ -887,8 +854,7 @@ fn dicom_output_is_valid_secondary_capture_and_renders_back_to_the_same_pixels()
         Some(_) => {
             for f in &all {
                 let o = tool("dciodvfy", &[s(f)]).unwrap();
-                let report = String::from_utf8_lossy(&o.stderr).to_string()
-                    + &String::from_utf8_lossy(&o.stdout);
+                let report = stderr(&o).to_string() + &stdout(&o);
                 assert!(
                     !report.lines().any(|l| l.starts_with("Error")),
                     "{}:\n{report}",
@@ -911,7 +877,7 @@ fn dicom_output_is_valid_secondary_capture_and_renders_back_to_the_same_pixels()
                     o.status.success(),
                     "dcm2pnm {}: {}",
                     f.display(),
-                    String::from_utf8_lossy(&o.stderr)
+                    stderr(&o)
                 );
                 let ours = if f.starts_with(&rgb_out) {
                     let p = root.join("rgb-png");
@@ -943,7 +909,7 @@ fn dicom_output_is_valid_secondary_capture_and_renders_back_to_the_same_pixels()
         Some(_) => {
             for f in &all {
                 let o = tool("gdcminfo", &[s(f)]).unwrap();
-                let info = String::from_utf8_lossy(&o.stdout);
+                let info = stdout(&o);
                 assert!(o.status.success(), "gdcminfo {}", f.display());
                 assert!(
                     info.contains("1.2.840.10008.5.1.4.1.1.7"),
@@ -967,11 +933,7 @@ fn dicom_output_is_valid_secondary_capture_and_renders_back_to_the_same_pixels()
                 .args(["-c", script, s(&dcm_out.join(f)), s(&png_path)])
                 .output()
                 .unwrap();
-            assert!(
-                o.status.success(),
-                "pydicom {f}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+            assert!(o.status.success(), "pydicom {f}: {}", stderr(&o));
         }
     } else {
         skip(

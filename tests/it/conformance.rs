@@ -12,6 +12,8 @@ use std::process::Command;
 
 use serde::Deserialize;
 
+use crate::common::{bin, repo_path, stderr, stdout, tempdir};
+
 #[derive(Debug, Deserialize)]
 struct Manifest {
     #[serde(rename = "case", default)]
@@ -35,7 +37,7 @@ struct Case {
 }
 
 fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance")
+    repo_path("tests/fixtures/conformance")
 }
 
 fn load_manifest() -> Manifest {
@@ -139,7 +141,7 @@ fn run_case(bin: &Path, case: &Case, scratch: &Path) -> Result<(), String> {
         .output()
         .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
     if !output.status.success() {
-        let mut why = String::from_utf8_lossy(&output.stderr).trim().to_string();
+        let mut why = stderr(&output).trim().to_string();
         if why.is_empty() {
             // `-q` may swallow the per-file failure: ask again without it, keep the end.
             if let Ok(again) = Command::new(bin)
@@ -151,11 +153,7 @@ fn run_case(bin: &Path, case: &Case, scratch: &Path) -> Result<(), String> {
                 .args(&case.args)
                 .output()
             {
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&again.stdout),
-                    String::from_utf8_lossy(&again.stderr)
-                );
+                let text = format!("{}{}", stdout(&again), stderr(&again));
                 let lines: Vec<&str> = text
                     .lines()
                     .map(str::trim)
@@ -255,10 +253,9 @@ fn manifest_is_complete() {
 fn dcmtk_conformance() {
     let manifest = load_manifest();
     assert!(!manifest.cases.is_empty(), "cases.toml has no [[case]]");
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_dicomflow"));
+    let bin = PathBuf::from(bin());
     let filter = std::env::var("CONFORMANCE_FILTER").unwrap_or_default();
-    let scratch =
-        std::env::temp_dir().join(format!("dicomflow-conformance-{}", std::process::id()));
+    let scratch = tempdir("conformance");
     let mut passed = Vec::new();
     let mut failed = Vec::new();
     for case in manifest.cases.iter().filter(|c| c.name.contains(&filter)) {
