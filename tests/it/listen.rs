@@ -358,7 +358,13 @@ fn hostile_peers_are_dropped_with_a_reason_and_the_listener_keeps_serving() {
     )
     .unwrap();
     let out = dir.join("out");
-    let mut listen = start_listen(&dir, &out, &["-c", config.to_str().unwrap()]);
+    // The CPU backend: on a GPU host `auto` would make a CUDA context in the background (about
+    // 150 MiB) while the peers connect, which is no growth caused by them.
+    let mut listen = start_listen(
+        &dir,
+        &out,
+        &["-c", config.to_str().unwrap(), "--backend", "cpu"],
+    );
     let port = listen.port;
     let rss_before = listen.proc.rss_kib();
 
