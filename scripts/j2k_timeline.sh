@@ -9,7 +9,8 @@
 #   STAGE  as for scripts/device_verify.sh (bin/dicomflow(.xz), libs/*.xz, decode-data/j2k)
 #   OUT    where logs and tables go (summary.txt)
 #   environment: J2K_DATA (the folder under decode-data, default j2k), J2K_CPU=1 (a CPU run for
-#   the ratio), J2K_STRATEGIES=1 (each transfer forced), J2K_CONN / J2K_STREAMS (lists)
+#   the ratio), J2K_STRATEGIES=1 (each transfer forced), J2K_CONN / J2K_STREAMS (lists),
+#   J2K_ARGS (more flags for the J2K_STREAMS runs, e.g. --gpu-decode all for other codecs)
 set -uo pipefail
 stage=$(readlink -f "$1")
 out=$(readlink -f "$2")
@@ -88,7 +89,7 @@ for c in ${J2K_CONN:-}; do
     grep -h "CUDA ready" "$out/log-queues-$c.txt" | head -1 | sed 's/.*INFO/     /' | tee -a "$summary" )
 done
 for s in ${J2K_STREAMS:-}; do
-  one_run "streams-$s" "$bin" -v run $w/in -o $w/out --backend cuda --decode-streams $s \
+  one_run "streams-$s" "$bin" -v run $w/in -o $w/out --backend cuda --streams $s --decode-streams $s ${J2K_ARGS:-} \
     --no-tui --report $w/r.json
 done
 

@@ -228,9 +228,10 @@ pub struct GpuFigures {
     pub encoder: String,
 }
 
-/// Counters of the run as a whole.
+/// The run's live counters, updated by the stages as they go (atomics, read by the dashboard
+/// and the progress line); the final per-file counts are [`crate::pipeline::events::Totals`].
 #[derive(Default)]
-pub struct Totals {
+pub struct Counters {
     pub files_found: AtomicU64,
     pub files_skipped: AtomicU64,
     pub files_failed: AtomicU64,
@@ -253,7 +254,7 @@ pub struct Stats {
     start: Instant,
     stages: [StageSlot; StageId::ALL.len()],
     latency: StageSlot,
-    pub totals: Totals,
+    pub totals: Counters,
     gauges: Mutex<Vec<(String, Gauge)>>,
     errors: Mutex<(u64, VecDeque<ErrorEntry>)>,
     backend: Mutex<String>,
@@ -274,7 +275,7 @@ impl Default for Stats {
             start: Instant::now(),
             stages: Default::default(),
             latency: StageSlot::default(),
-            totals: Totals::default(),
+            totals: Counters::default(),
             gauges: Mutex::new(Vec::new()),
             errors: Mutex::new((0, VecDeque::new())),
             backend: Mutex::new(String::new()),
@@ -674,7 +675,7 @@ pub struct Snapshot {
     pub gpu_encoded_bytes: u64,
     pub paused: bool,
     pub finished: bool,
-    /// See [`Totals::scan_done`].
+    /// See [`Counters::scan_done`].
     pub scan_done: bool,
 }
 
