@@ -229,7 +229,8 @@ pub struct GpuFigures {
 }
 
 /// The run's live counters, updated by the stages as they go (atomics, read by the dashboard
-/// and the progress line); the final per-file counts are [`crate::pipeline::events::Totals`].
+/// and the progress line); the final per-file counts are the pipeline's `Totals`
+/// (`pipeline::events`).
 #[derive(Default)]
 pub struct Counters {
     pub files_found: AtomicU64,
