@@ -62,17 +62,19 @@ pub fn select_backend_for(
             })
         }
         BackendChoice::Auto => match crate::backend::cuda::driver::libraries() {
-            Ok(()) => match too_small_for_the_gpu(options, &job.output.dir, sources) {
-                Some(why) => {
-                    tracing::info!("{why}; using the CPU backend");
-                    Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
+            Ok(()) => {
+                match too_small_for_the_gpu(options, &job.output.dir, sources, tuned.is_some()) {
+                    Some(why) => {
+                        tracing::info!("{why}; using the CPU backend");
+                        Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
+                    }
+                    // The driver is there: initialize it in the background while the CPU starts.
+                    None => Ok(Arc::new(crate::backend::warm::WarmStart::start(
+                        &options.gpu,
+                        &wish,
+                    ))),
                 }
-                // The driver is there: initialize it in the background while the CPU starts.
-                None => Ok(Arc::new(crate::backend::warm::WarmStart::start(
-                    &options.gpu,
-                    &wish,
-                ))),
-            },
+            }
             Err(why) => {
                 tracing::info!("CUDA not usable ({why}); using the CPU backend");
                 Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
@@ -117,24 +119,35 @@ fn too_small_for_the_gpu(
     options: &BackendOptions,
     output_dir: &Path,
     sources: &Sources,
+    jpeg2000_on_gpu: bool,
 ) -> Option<String> {
-    let threshold = options
-        .gpu
-        .auto_min_input_bytes
-        .unwrap_or(crate::host::available_cores() as u64 * (256 << 20));
+    let default = crate::host::available_cores() as u64 * (256 << 20);
+    // The default weighs uncompressed input. A byte of JPEG 2000 costs the CPU far more: on
+    // the H200 host 54 ms of a core per 160 KiB 512² slice against 1.3 ms per 512 KiB
+    // uncompressed one (render and PNG), about 130× per byte, while the GPU decodes it 8× as
+    // fast as the 16 cores (BENCHMARKS.md, "the cause, hardware queues").
+    let (threshold, what) = match options.gpu.auto_min_input_bytes {
+        Some(bytes) => (bytes, ""),
+        None if jpeg2000_on_gpu => (default / JPEG2000_CPU_COST_PER_BYTE, " for JPEG 2000"),
+        None => (default, ""),
+    };
     if sources.roots().is_empty() || threshold == 0 {
         return None;
     }
     let total = sources.input_bytes(Some(output_dir), threshold);
     (total < threshold).then(|| {
         format!(
-            "{} MiB of input is below gpu.auto_min_input_mib ({} MiB): opening the GPU would \
-             cost more than it saves",
+            "{} MiB of input is below gpu.auto_min_input_mib ({} MiB{what}): opening the GPU \
+             would cost more than it saves",
             total >> 20,
             threshold >> 20
         )
     })
 }
+
+/// How much more CPU time a byte of JPEG 2000 input costs than a byte of uncompressed input,
+/// rounded down to a power of two (measured: about 130×; see [`too_small_for_the_gpu`]).
+const JPEG2000_CPU_COST_PER_BYTE: u64 = 128;
 
 /// Opens the first DICOM file found under `inputs` and sizes slots for its frames, for a ring
 /// beside `workers` render workers; `None` when there is none or it cannot be read (the
@@ -234,13 +247,21 @@ mod tests {
             ..BackendOptions::default()
         };
         // Default threshold (256 MiB per core): 4 KiB is small.
-        let why = too_small_for_the_gpu(&with(None), &out, &inputs).unwrap();
+        let why = too_small_for_the_gpu(&with(None), &out, &inputs, false).unwrap();
         assert!(why.contains("0 MiB of input"), "{why}");
-        assert!(too_small_for_the_gpu(&with(Some(4096)), &out, &inputs).is_none());
-        assert!(too_small_for_the_gpu(&with(Some(4097)), &out, &inputs).is_some());
+        assert!(too_small_for_the_gpu(&with(Some(4096)), &out, &inputs, false).is_none());
+        assert!(too_small_for_the_gpu(&with(Some(4097)), &out, &inputs, false).is_some());
         // 0 = always the GPU; unknown inputs (library callers) = no opinion.
-        assert!(too_small_for_the_gpu(&with(Some(0)), &out, &inputs).is_none());
-        assert!(too_small_for_the_gpu(&with(None), &out, &Sources::walk(&[])).is_none());
+        assert!(too_small_for_the_gpu(&with(Some(0)), &out, &inputs, false).is_none());
+        assert!(too_small_for_the_gpu(&with(None), &out, &Sources::walk(&[]), false).is_none());
+        // JPEG 2000 that the GPU decodes: the default threshold is 128 times smaller; a set one
+        // stays as set.
+        let big = vec![0u8; (crate::host::available_cores() * (2 << 20)) + 1];
+        std::fs::write(dir.join("slice.dcm"), big).unwrap();
+        assert!(too_small_for_the_gpu(&with(None), &out, &inputs, true).is_none());
+        assert!(too_small_for_the_gpu(&with(None), &out, &inputs, false).is_some());
+        let why = too_small_for_the_gpu(&with(Some(1 << 40)), &out, &inputs, true).unwrap();
+        assert!(!why.contains("JPEG 2000"), "{why}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
