@@ -319,13 +319,6 @@ impl RunResult {
         made
     }
 
-    /// Names the input read from `from` as `shown` in the records (stdin's scratch copy as `-`).
-    pub fn rename_input(&mut self, from: &std::path::Path, shown: &std::path::Path) {
-        for f in self.files.iter_mut().filter(|f| f.path == from) {
-            f.path = shown.to_path_buf();
-        }
-    }
-
     /// 0 every input done, 1 some inputs failed, 130 (128 + SIGINT, the shell's convention)
     /// stopped (Ctrl-C, SIGTERM, `q`) before every input was done, so a script's `&&` does not
     /// go on with half the outputs; `--skip-existing` completes such a run.
@@ -457,11 +450,8 @@ impl Collector {
     }
 
     fn failure(&mut self, path: &std::path::Path, stage: Stage, reason: &str) {
-        let path = self
-            .shown_as
-            .iter()
-            .find(|(file, _)| file == path)
-            .map_or(path, |(_, shown)| shown.as_path());
+        let shown = self.shown(path);
+        let path = shown.as_path();
         self.stats.push_error(ErrorEntry {
             path: path.to_path_buf(),
             stage: stage.name().into(),
@@ -493,10 +483,20 @@ impl Collector {
         }
     }
 
+    /// The name `path` is shown by (`PipelineOptions::shown_as`), in logs and records alike.
+    fn shown(&self, path: &std::path::Path) -> PathBuf {
+        self.shown_as
+            .iter()
+            .find(|(file, _)| file == path)
+            .map_or(path, |(_, shown)| shown.as_path())
+            .to_path_buf()
+    }
+
     fn record(&mut self, id: usize, path: Option<&PathBuf>) -> &mut FileRecord {
+        let path = path.map(|p| self.shown(p)).unwrap_or_default();
         self.by_id
             .entry(id)
-            .or_insert_with(|| FileRecord::new(path.cloned().unwrap_or_default()))
+            .or_insert_with(|| FileRecord::new(path))
     }
 
     /// File `id`'s record, or a new record of its own for a file without an id.
@@ -504,6 +504,7 @@ impl Collector {
         match id {
             Some(id) => self.record(id, Some(&path)),
             None => {
+                let path = self.shown(&path);
                 self.others.push(FileRecord::new(path));
                 self.others
                     .last_mut()
@@ -618,7 +619,7 @@ impl Collector {
                 self.record(id, None).cancelled_frames += 1;
             }
             Event::FileNotStarted { path } => {
-                let mut r = FileRecord::new(path);
+                let mut r = FileRecord::new(self.shown(&path));
                 r.not_started = true;
                 self.others.push(r);
             }

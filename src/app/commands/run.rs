@@ -135,8 +135,14 @@ pub fn execute(
         stdin_file = Some(file);
         _stdin_copy = Some(scratch);
     }
-    // The files named as inputs (not found in a folder): each must render.
-    let named_files: Vec<PathBuf> = inputs.iter().filter(|p| p.is_file()).cloned().collect();
+    // The files named as inputs (not found in a folder), as the records name them (stdin as
+    // `-`): each must render.
+    let named_files: Vec<PathBuf> = args
+        .inputs
+        .iter()
+        .filter(|p| single::is_dash(p) || p.is_file())
+        .cloned()
+        .collect();
     let mut settings = Settings::resolve(args.job.config.as_deref(), &raw)?;
     if let Some(file) = &stdin_file {
         settings
@@ -230,15 +236,9 @@ pub fn execute(
             named_files.iter().any(|n| n == p)
                 && !std::fs::canonicalize(p).is_ok_and(|c| rendered.contains(&c))
         };
-        for mut e in result.fail_skipped(must_render) {
-            if stdin_file.as_ref() == Some(&e.path) {
-                e.path = PathBuf::from("-");
-            }
+        for e in result.fail_skipped(must_render) {
             stats.push_error(e);
         }
-    }
-    if let Some(file) = &stdin_file {
-        result.rename_input(file, std::path::Path::new("-"));
     }
     process.pipeline_done_s = started.elapsed().as_secs_f64();
     // With the histograms: a shard's report is merged with the others'.
