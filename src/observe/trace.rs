@@ -243,7 +243,7 @@ mod tests {
         let t = Tracer::create(&path).unwrap();
         let now = Instant::now();
         for i in 0..50_000 {
-            t.span_on("write-0", StageId::Write, &format!("slice{i}#1"), now, now);
+            t.span_on("write-0", StageId::Write, format!("slice{i}#1"), now, now);
         }
         // Everything but the buffer's last part is in the (unnamed) file already.
         let sink = t.sink.lock().unwrap();

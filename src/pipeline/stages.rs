@@ -325,35 +325,14 @@ impl Loader {
             );
         }
     }
-
-    /// [`load`](Self::load) for a thread that also finishes frames: while no slot is free it
-    /// finishes the frames waiting in `queued` with `writer`.
-    fn load_finishing(
-        &mut self,
-        ctx: &Context,
-        clock: &StageClock,
-        item: ScanItem,
-        tx: &Sender<InFlight>,
-        writer: &mut Writer,
-        queued: &Receiver<InFlight>,
-        events: &Sender<Event>,
-    ) {
-        let mut wait = SlotWait::Finish {
-            writer,
-            clock,
-            queued,
-            events,
-        };
-        self.load(ctx, clock, item, tx, events, &mut wait);
-    }
 }
 
 /// What a loading thread does while every slot is in flight.
 enum SlotWait<'a> {
     /// Waits until a downstream thread gives one back.
     Block,
-    /// Finishes the loaded frames that wait in `queued` (they hold the slots) until one is
-    /// free: a thread that also writes never sits idle beside a full queue.
+    /// Finishes the loaded frames that wait in `queued` (they hold the slots) with `writer`
+    /// until one is free: a thread that also writes never sits idle beside a full queue.
     Finish {
         writer: &'a mut Writer,
         clock: &'a StageClock,
@@ -399,6 +378,16 @@ pub(crate) fn shared_stage(
     let clock = finishing_clock(ctx, &[StageId::ReadDecode], renderer.is_some());
     let mut writer = Writer::new(ctx, renderer);
     let mut loader = Loader::default();
+    // Loads a file; while every slot is in flight, finishes the frames already loaded.
+    let mut load = |item: ScanItem, tx: &Sender<InFlight>, writer: &mut Writer| {
+        let mut wait = SlotWait::Finish {
+            writer,
+            clock: &clock,
+            queued: &loaded,
+            events: &events,
+        };
+        loader.load(ctx, &clock, item, tx, &events, &mut wait);
+    };
     // Dropped once the scan has nothing more: the queue closes when every thread has
     // dropped its sender and the last frame has been taken.
     let mut loaded_tx = Some(loaded_tx);
@@ -438,7 +427,7 @@ pub(crate) fn shared_stage(
             continue;
         }
         if let Some(item) = pending.take() {
-            loader.load_finishing(ctx, &clock, item, tx, &mut writer, &loaded, &events);
+            load(item, tx, &mut writer);
             continue;
         }
         crossbeam_channel::select! {
@@ -449,7 +438,7 @@ pub(crate) fn shared_stage(
                 Err(_) => return,
             },
             recv(scan) -> item => match item {
-                Ok(item) => loader.load_finishing(ctx, &clock, item, tx, &mut writer, &loaded, &events),
+                Ok(item) => load(item, tx, &mut writer),
                 Err(_) => loaded_tx = None,
             },
         }
