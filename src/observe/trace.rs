@@ -37,7 +37,7 @@ pub struct Tracer {
 /// One complete span (`ph: "X"`).
 #[derive(serde::Serialize)]
 struct SpanEvent<'a> {
-    name: String,
+    name: &'a str,
     cat: &'a str,
     ph: &'static str,
     ts: f64,
@@ -102,22 +102,33 @@ impl Tracer {
         }
     }
 
-    /// Records `stage` of slice `label` on the calling thread's track.
-    pub fn span(&self, stage: StageId, label: &str, start: Instant, end: Instant) {
-        let track = std::thread::current().name().unwrap_or("main").to_string();
-        self.span_on(&track, stage, label, start, end);
-    }
-
-    /// Records a span on a named track (e.g. a GPU stream).
-    pub fn span_on(&self, track: &str, stage: StageId, label: &str, start: Instant, end: Instant) {
+    /// Records `stage` of slice `label` on track `track` (a thread's name, a GPU stream):
+    /// what [`StageClock`](super::StageClock) calls for the stage threads. `label` is
+    /// formatted once, here, into the span's name (its `slice` argument is a part of it).
+    pub fn span_on(
+        &self,
+        track: &str,
+        stage: StageId,
+        label: impl std::fmt::Display,
+        start: Instant,
+        end: Instant,
+    ) {
         let ts = start.saturating_duration_since(self.start).as_secs_f64() * 1e6;
         let dur = end.saturating_duration_since(start).as_secs_f64() * 1e6;
         self.emit(|bytes, tids| {
-            let next = tids.len() + 1;
-            let tid = *tids.entry(track.to_string()).or_insert(next);
+            // Looked up before inserting: the track's name is copied once, not per span.
+            let tid = match tids.get(track) {
+                Some(&tid) => tid,
+                None => {
+                    let tid = tids.len() + 1;
+                    tids.insert(track.to_string(), tid);
+                    tid
+                }
+            };
             let stage = stage.name();
+            let name = format!("{stage} {label}");
             let event = SpanEvent {
-                name: format!("{stage} {label}"),
+                name: &name,
                 cat: stage,
                 ph: "X",
                 ts,
@@ -125,7 +136,7 @@ impl Tracer {
                 pid: 1,
                 tid,
                 args: SpanArgs {
-                    slice: label,
+                    slice: &name[stage.len() + 1..],
                     stage,
                 },
             };
@@ -232,7 +243,7 @@ mod tests {
         let t = Tracer::create(&path).unwrap();
         let now = Instant::now();
         for i in 0..50_000 {
-            t.span_on("write-0", StageId::Write, &format!("slice{i}#1"), now, now);
+            t.span_on("write-0", StageId::Write, format!("slice{i}#1"), now, now);
         }
         // Everything but the buffer's last part is in the (unnamed) file already.
         let sink = t.sink.lock().unwrap();

@@ -19,6 +19,7 @@ use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
 use crate::error::Stage;
 use crate::memory::{Slot, TakeOr};
 use crate::observe::stats::StageId;
+use crate::observe::{Parts, Piece, StageClock};
 use crate::output::dicom::Derived;
 use crate::output::encode::ImageEncoder;
 use crate::output::naming;
@@ -84,7 +85,7 @@ pub(crate) fn scan_stage(
     tx: Sender<ScanItem>,
     events: Sender<Event>,
 ) {
-    let rec = ctx.stats.recorder(StageId::Scan);
+    let clock = StageClock::new(&ctx.stats, ctx.tracer.clone(), &[StageId::Scan]);
     let mut last = Instant::now();
     let out_dir = ctx.job.output.dir.as_path();
     let mut listing = sources.list(Some(out_dir), &ctx.cancel);
@@ -100,17 +101,13 @@ pub(crate) fn scan_stage(
         ctx.outputs.set_frame_like(frame_like);
     }
     listing.scan(&ctx.cancel, |item| {
-        let now = Instant::now();
-        rec.record(now - last);
-        if let Some(t) = &ctx.tracer {
-            let path = match &item {
-                ScanItem::Dicom(c) => &c.path,
-                ScanItem::Skipped { path, .. }
-                | ScanItem::Error { path, .. }
-                | ScanItem::NotStarted { path } => path,
-            };
-            t.span(StageId::Scan, &Escaped(path).to_string(), last, now);
-        }
+        let path = match &item {
+            ScanItem::Dicom(c) => &c.path,
+            ScanItem::Skipped { path, .. }
+            | ScanItem::Error { path, .. }
+            | ScanItem::NotStarted { path } => path,
+        };
+        clock.record(StageId::Scan, Escaped(path), last, Instant::now());
         ctx.stats.totals.files_found.fetch_add(1, Ordering::Relaxed);
         let ok = hand_on(ctx, item, None, &tx, &events);
         last = Instant::now();
@@ -165,7 +162,7 @@ pub(crate) fn live_scan_stage(
     tx: Sender<ScanItem>,
     events: Sender<Event>,
 ) {
-    let rec = ctx.stats.recorder(StageId::Scan);
+    let clock = StageClock::new(&ctx.stats, ctx.tracer.clone(), &[StageId::Scan]);
     let mut next_id = 0usize;
     while let Some(input) = feed.next(&ctx.cancel) {
         let t0 = Instant::now();
@@ -182,7 +179,8 @@ pub(crate) fn live_scan_stage(
             c.skip_existing = skip_existing;
         }
         let ok = hand_on(ctx, item, Some(id), &tx, &events);
-        rec.record(t0.elapsed());
+        // The live scan draws no spans (the walk's scan does); its time counts all the same.
+        clock.record_time(StageId::Scan, t0.elapsed());
         if !ok {
             return;
         }
@@ -260,34 +258,41 @@ pub(crate) fn load_stage(
     tx: Sender<InFlight>,
     events: Sender<Event>,
 ) {
-    let mut loader = Loader::new(ctx);
+    let clock = StageClock::new(&ctx.stats, ctx.tracer.clone(), &[StageId::ReadDecode]);
+    let mut loader = Loader::default();
     for item in rx {
         while ctx.stats.is_paused() && !ctx.cancel.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(50));
         }
-        loader.load(ctx, item, &tx, &events, &mut SlotWait::Block);
+        loader.load(ctx, &clock, item, &tx, &events, &mut SlotWait::Block);
     }
 }
 
-/// A loading thread's recorder and reusable scratch buffer.
+/// The stages that finish a frame (after the writer's renderer, if it has one).
+const FINISHING: [StageId; 2] = [StageId::Encode, StageId::Write];
+
+/// The stages of a render worker, timed by the worker itself (`RenderTimings`).
+const RENDERING: [StageId; 5] = [
+    StageId::TransferIn,
+    StageId::GpuDecode,
+    StageId::Compute,
+    StageId::GpuEncode,
+    StageId::TransferOut,
+];
+
+/// A loading thread's reusable scratch buffer.
+#[derive(Default)]
 struct Loader {
-    rec: crate::observe::stats::Recorder,
     scratch: Vec<u8>,
 }
 
 impl Loader {
-    fn new(ctx: &Context) -> Loader {
-        Loader {
-            rec: ctx.stats.recorder(StageId::ReadDecode),
-            scratch: Vec::new(),
-        }
-    }
-
     /// Reads and decodes every frame of `item` into slots and sends them on `tx`; a file that
     /// cannot be read is reported, as is a file found after a cancel.
     fn load(
         &mut self,
         ctx: &Context,
+        clock: &StageClock,
         item: ScanItem,
         tx: &Sender<InFlight>,
         events: &Sender<Event>,
@@ -304,7 +309,7 @@ impl Loader {
             return; // the scan stage reports the others itself
         };
         let result = catch_unwind(AssertUnwindSafe(|| {
-            load_file(ctx, &c, tx, events, &self.rec, &mut self.scratch, wait)
+            load_file(ctx, &c, tx, events, clock, &mut self.scratch, wait)
         }));
         if result.is_err() {
             self.scratch = Vec::new();
@@ -320,35 +325,17 @@ impl Loader {
             );
         }
     }
-
-    /// [`load`](Self::load) for a thread that also finishes frames: while no slot is free it
-    /// finishes the frames waiting in `queued` with `writer`.
-    fn load_finishing(
-        &mut self,
-        ctx: &Context,
-        item: ScanItem,
-        tx: &Sender<InFlight>,
-        writer: &mut Writer,
-        queued: &Receiver<InFlight>,
-        events: &Sender<Event>,
-    ) {
-        let mut wait = SlotWait::Finish {
-            writer,
-            queued,
-            events,
-        };
-        self.load(ctx, item, tx, events, &mut wait);
-    }
 }
 
 /// What a loading thread does while every slot is in flight.
 enum SlotWait<'a> {
     /// Waits until a downstream thread gives one back.
     Block,
-    /// Finishes the loaded frames that wait in `queued` (they hold the slots) until one is
-    /// free: a thread that also writes never sits idle beside a full queue.
+    /// Finishes the loaded frames that wait in `queued` (they hold the slots) with `writer`
+    /// until one is free: a thread that also writes never sits idle beside a full queue.
     Finish {
         writer: &'a mut Writer,
+        clock: &'a StageClock,
         queued: &'a Receiver<InFlight>,
         events: &'a Sender<Event>,
     },
@@ -361,12 +348,13 @@ impl SlotWait<'_> {
             SlotWait::Block => ctx.pool.take(),
             SlotWait::Finish {
                 writer,
+                clock,
                 queued,
                 events,
             } => loop {
                 match ctx.pool.take_or(queued) {
                     TakeOr::Slot(slot) => return Some(slot),
-                    TakeOr::Other(job) => writer.finish(ctx, job, events),
+                    TakeOr::Other(job) => writer.finish(ctx, clock, job, events),
                     TakeOr::Closed => return None,
                 }
             },
@@ -387,8 +375,19 @@ pub(crate) fn shared_stage(
     loaded: Receiver<InFlight>,
     events: Sender<Event>,
 ) {
+    let clock = finishing_clock(ctx, &[StageId::ReadDecode], renderer.is_some());
     let mut writer = Writer::new(ctx, renderer);
-    let mut loader = Loader::new(ctx);
+    let mut loader = Loader::default();
+    // Loads a file; while every slot is in flight, finishes the frames already loaded.
+    let mut load = |item: ScanItem, tx: &Sender<InFlight>, writer: &mut Writer| {
+        let mut wait = SlotWait::Finish {
+            writer,
+            clock: &clock,
+            queued: &loaded,
+            events: &events,
+        };
+        loader.load(ctx, &clock, item, tx, &events, &mut wait);
+    };
     // Dropped once the scan has nothing more: the queue closes when every thread has
     // dropped its sender and the last frame has been taken.
     let mut loaded_tx = Some(loaded_tx);
@@ -397,13 +396,13 @@ pub(crate) fn shared_stage(
     let mut pending: Option<ScanItem> = None;
     loop {
         if let Ok(job) = loaded.try_recv() {
-            writer.finish(ctx, job, &events);
+            writer.finish(ctx, &clock, job, &events);
             continue;
         }
         let Some(tx) = loaded_tx.as_ref() else {
             // Nothing left to load: finish what comes until no thread can send any more.
             match loaded.recv() {
-                Ok(job) => writer.finish(ctx, job, &events),
+                Ok(job) => writer.finish(ctx, &clock, job, &events),
                 Err(_) => return,
             }
             continue;
@@ -420,7 +419,7 @@ pub(crate) fn shared_stage(
                 }
             }
             match loaded.recv_timeout(Duration::from_millis(50)) {
-                Ok(job) => writer.finish(ctx, job, &events),
+                Ok(job) => writer.finish(ctx, &clock, job, &events),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 // Every render worker is gone: see below.
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
@@ -428,18 +427,18 @@ pub(crate) fn shared_stage(
             continue;
         }
         if let Some(item) = pending.take() {
-            loader.load_finishing(ctx, item, tx, &mut writer, &loaded, &events);
+            load(item, tx, &mut writer);
             continue;
         }
         crossbeam_channel::select! {
             recv(loaded) -> job => match job {
-                Ok(job) => writer.finish(ctx, job, &events),
+                Ok(job) => writer.finish(ctx, &clock, job, &events),
                 // Only if every render worker is gone while this thread still loads: nothing
                 // it loads could be finished, so it stops (and with it, its hold on the scan).
                 Err(_) => return,
             },
             recv(scan) -> item => match item {
-                Ok(item) => loader.load_finishing(ctx, item, tx, &mut writer, &loaded, &events),
+                Ok(item) => load(item, tx, &mut writer),
                 Err(_) => loaded_tx = None,
             },
         }
@@ -483,12 +482,21 @@ fn with_path_values(
     v
 }
 
+/// The trace label of a file's header part (`a/b.dcm header`), formatted only when drawn.
+struct HeaderLabel<'a>(&'a std::path::Path);
+
+impl std::fmt::Display for HeaderLabel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} header", Escaped(self.0))
+    }
+}
+
 fn load_file(
     ctx: &Context,
     c: &Candidate,
     tx: &Sender<InFlight>,
     events: &Sender<Event>,
-    rec: &crate::observe::stats::Recorder,
+    clock: &StageClock,
     scratch: &mut Vec<u8>,
     wait: &mut SlotWait,
 ) {
@@ -701,32 +709,29 @@ fn load_file(
             });
         }
         let end = Instant::now();
+        // The label travels with the frame, for the later stages' spans.
+        let label = if clock.is_tracing() {
+            format!("{}#{}", Escaped(&c.rel), frame + 1)
+        } else {
+            String::new()
+        };
         // Busy time is everything this thread did for the frame but wait for a free slot
         // (that is backpressure, not decoding, and a shared thread finishes other frames
-        // meanwhile, timed as theirs): the header parse, output names, plan and read.
-        rec.record((end - t_frame).saturating_sub(waited));
+        // meanwhile, timed as theirs): the header parse, output names and plan, then the read.
+        // The trace draws the first frame's header part and each frame's read.
+        let header = HeaderLabel(&c.rel);
+        let before_wait = Piece::new(t_frame, t_wait);
+        let before_wait = if f == 0 {
+            before_wait.traced(&header)
+        } else {
+            before_wait
+        };
+        let read = Piece::new(t_wait + waited, end).traced(&label);
+        clock.record_pieces(StageId::ReadDecode, &[before_wait, read]);
         ctx.stats
             .totals
             .bytes_in
             .fetch_add(frame_bytes as u64, Ordering::Relaxed);
-        let label = match &ctx.tracer {
-            Some(t) => {
-                // The header parse (and output names, plan) and the frame's read, not the wait
-                // for a free slot between them (the stage's figures leave that wait out too).
-                if f == 0 {
-                    t.span(
-                        StageId::ReadDecode,
-                        &format!("{} header", Escaped(&c.rel)),
-                        t0,
-                        t_wait,
-                    );
-                }
-                let label = format!("{}#{}", Escaped(&c.rel), frame + 1);
-                t.span(StageId::ReadDecode, &label, t_wait + waited, end);
-                label
-            }
-            None => String::new(),
-        };
         let job = InFlight {
             slot,
             plan,
@@ -778,34 +783,13 @@ fn encoded_frame(
     }
 }
 
-/// The recorders of the render stages, one set per rendering thread.
-struct RenderRecorders {
-    transfer_in: crate::observe::stats::Recorder,
-    decode: crate::observe::stats::Recorder,
-    compute: crate::observe::stats::Recorder,
-    gpu_encode: crate::observe::stats::Recorder,
-    transfer_out: crate::observe::stats::Recorder,
-}
-
-impl RenderRecorders {
-    fn new(ctx: &Context) -> Self {
-        RenderRecorders {
-            transfer_in: ctx.stats.recorder(StageId::TransferIn),
-            decode: ctx.stats.recorder(StageId::GpuDecode),
-            compute: ctx.stats.recorder(StageId::Compute),
-            gpu_encode: ctx.stats.recorder(StageId::GpuEncode),
-            transfer_out: ctx.stats.recorder(StageId::TransferOut),
-        }
-    }
-}
-
 /// Renders `job` with `worker` and records its times. On failure the frame is reported, its
 /// slot goes back to the ring, and `None` is returned.
 fn render_job(
     ctx: &Context,
     worker: &mut dyn RenderWorker,
     mut job: InFlight,
-    rec: &RenderRecorders,
+    clock: &StageClock,
     events: &Sender<Event>,
 ) -> Option<InFlight> {
     let start = Instant::now();
@@ -813,41 +797,20 @@ fn render_job(
     let reason = match result {
         Ok(Ok(outcome)) => {
             let t = outcome.timings;
-            if !t.transfer_in.is_zero() {
-                rec.transfer_in.record(t.transfer_in);
-            }
-            if !t.decode.is_zero() {
-                rec.decode.record(t.decode);
-            }
-            rec.compute.record(t.compute);
-            if !t.encode.is_zero() {
-                rec.gpu_encode.record(t.encode);
-            }
-            if !t.transfer_out.is_zero() {
-                rec.transfer_out.record(t.transfer_out);
-            }
-            if let Some(tr) = &ctx.tracer {
-                // GPU parts as measured by CUDA events, laid end to end in the worker's
-                // wall-clock interval (the CPU backend has compute only).
-                let end = Instant::now();
-                let t_in = (start + t.transfer_in).min(end);
-                let t_dec = (t_in + t.decode).min(end);
-                let t_out = end.checked_sub(t.transfer_out).unwrap_or(t_dec).max(t_dec);
-                let t_enc = t_out.checked_sub(t.encode).unwrap_or(t_dec).max(t_dec);
-                if !t.transfer_in.is_zero() {
-                    tr.span(StageId::TransferIn, &job.label, start, t_in);
-                }
-                if !t.decode.is_zero() {
-                    tr.span(StageId::GpuDecode, &job.label, t_in, t_dec);
-                }
-                tr.span(StageId::Compute, &job.label, t_dec, t_enc);
-                if !t.encode.is_zero() {
-                    tr.span(StageId::GpuEncode, &job.label, t_enc, t_out);
-                }
-                if !t.transfer_out.is_zero() {
-                    tr.span(StageId::TransferOut, &job.label, t_out, end);
-                }
-            }
+            // GPU parts as measured by CUDA events, laid end to end in the worker's
+            // wall-clock interval (the CPU backend has compute only).
+            let parts = Parts {
+                leading: &[
+                    (StageId::TransferIn, t.transfer_in),
+                    (StageId::GpuDecode, t.decode),
+                ],
+                middle: (StageId::Compute, t.compute),
+                trailing: &[
+                    (StageId::GpuEncode, t.encode),
+                    (StageId::TransferOut, t.transfer_out),
+                ],
+            };
+            clock.record_parts(&job.label, start, Instant::now(), parts);
             job.window = outcome.window;
             job.device = outcome.device;
             job.png_rows = outcome.png_rows;
@@ -878,9 +841,9 @@ pub(crate) fn render_stage(
     tx: Sender<InFlight>,
     events: Sender<Event>,
 ) {
-    let rec = RenderRecorders::new(ctx);
+    let clock = StageClock::new(&ctx.stats, ctx.tracer.clone(), &RENDERING);
     for job in rx {
-        if let Some(job) = render_job(ctx, worker.as_mut(), job, &rec, &events) {
+        if let Some(job) = render_job(ctx, worker.as_mut(), job, &clock, &events) {
             if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
                 ctx.pool.give_back(job.slot);
             }
@@ -896,20 +859,26 @@ pub(crate) fn write_stage(
     rx: Receiver<InFlight>,
     events: Sender<Event>,
 ) {
+    let clock = finishing_clock(ctx, &[], renderer.is_some());
     let mut writer = Writer::new(ctx, renderer);
     for job in rx {
-        writer.finish(ctx, job, &events);
+        writer.finish(ctx, &clock, job, &events);
     }
 }
 
-/// What a thread needs to take a frame from its slot to its output file: the encoder, the
-/// recorders, and a renderer when the frames arrive unrendered.
+/// The clock of a thread that finishes frames: `also` (the shared layout's loading), the
+/// render stages when it renders them itself, encode, write and the frames' latency.
+fn finishing_clock(ctx: &Context, also: &[StageId], renders: bool) -> StageClock {
+    let renders: &[StageId] = if renders { &RENDERING } else { &[] };
+    let stages: Vec<StageId> = [also, renders, &FINISHING].concat();
+    StageClock::new(&ctx.stats, ctx.tracer.clone(), &stages).with_latency(&ctx.stats)
+}
+
+/// What a thread needs to take a frame from its slot to its output file: the encoder, and a
+/// renderer when the frames arrive unrendered.
 struct Writer {
     encoder: ImageEncoder,
-    renderer: Option<(Box<dyn RenderWorker>, RenderRecorders)>,
-    rec_encode: crate::observe::stats::Recorder,
-    rec_write: crate::observe::stats::Recorder,
-    rec_latency: crate::observe::stats::Recorder,
+    renderer: Option<Box<dyn RenderWorker>>,
 }
 
 fn new_encoder(ctx: &Context) -> ImageEncoder {
@@ -920,18 +889,15 @@ impl Writer {
     fn new(ctx: &Context, renderer: Option<Box<dyn RenderWorker>>) -> Writer {
         Writer {
             encoder: new_encoder(ctx),
-            renderer: renderer.map(|worker| (worker, RenderRecorders::new(ctx))),
-            rec_encode: ctx.stats.recorder(StageId::Encode),
-            rec_write: ctx.stats.recorder(StageId::Write),
-            rec_latency: ctx.stats.latency_recorder(),
+            renderer,
         }
     }
 
     /// Renders `job` when this writer renders, encodes it, gives its slot back and writes the
     /// output atomically; reports the frame done or failed.
-    fn finish(&mut self, ctx: &Context, job: InFlight, events: &Sender<Event>) {
+    fn finish(&mut self, ctx: &Context, clock: &StageClock, job: InFlight, events: &Sender<Event>) {
         let job = match self.renderer.as_mut() {
-            Some((worker, rec)) => match render_job(ctx, worker.as_mut(), job, rec, events) {
+            Some(worker) => match render_job(ctx, worker.as_mut(), job, clock, events) {
                 Some(job) => job,
                 None => return,
             },
@@ -1030,19 +996,14 @@ impl Writer {
             }
         }
         let t1 = Instant::now();
-        self.rec_encode.record(t1 - t0);
+        clock.record(StageId::Encode, &label, t0, t1);
         let bytes = self.encoder.last();
         if let Err(e) = ctx.files.write(&output, bytes) {
             fail(Stage::Write, format!("{}: {e}", Escaped(&output)));
             return;
         }
         let t2 = Instant::now();
-        self.rec_write.record(t2 - t1);
-        self.rec_latency.record(t2 - started);
-        if let Some(tr) = &ctx.tracer {
-            tr.span(StageId::Encode, &label, t0, t1);
-            tr.span(StageId::Write, &label, t1, t2);
-        }
+        clock.record(StageId::Write, &label, t1, t2);
         let _ = events.send(Event::FrameDone {
             id,
             frame,
@@ -1050,7 +1011,7 @@ impl Writer {
             bytes: bytes.len() as u64,
             window,
             device,
-            latency: t2 - started,
+            latency: clock.latency(started, t2),
         });
     }
 }
