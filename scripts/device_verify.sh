@@ -120,16 +120,18 @@ if want encode; then
   for spec in ${ENCODE_SIZES:-2000:1000 512:4000}; do
     size=${spec%%:*}; n=${spec#*:}
     rm -rf $w && "$bin" -q synth $w/in --size "$size" --slices "$n"
-    for cfg in "cpu-png:--backend cpu" "cuda-cpu-png:--backend cuda --gpu-encode cpu" \
-               "gpu-png:--backend cuda --gpu-encode gpu --streams 8" \
-               "cpu-jpeg:--backend cpu --format jpeg" "gpu-jpeg:--backend cuda --format jpeg --gpu-encode gpu"; do
+    # ENCODE_CONFIGS: "label:flags;label:flags;..." to run other rows.
+    IFS=';' read -r -a cfgs <<< "${ENCODE_CONFIGS:-cpu-png:--backend cpu;cuda-cpu-png:--backend cuda --gpu-encode cpu;gpu-png:--backend cuda --gpu-encode gpu --streams 8;gpu-png-unbatched:--backend cuda --gpu-encode gpu --streams 8 --encode-batch 1;cpu-jpeg:--backend cpu --format jpeg;gpu-jpeg:--backend cuda --format jpeg --gpu-encode gpu}"
+    for cfg in "${cfgs[@]}"; do
       label=${cfg%%:*}; args=${cfg#*:}
       rm -f $w/r.json; t0=$(date +%s.%N)
       timeout 120 "$bin" run $w/in -o $w/out-$label $args --no-tui -q --report $w/r.json > /dev/null 2>&1
       rc=$?; t1=$(date +%s.%N)
       say "   encode ${size}² x $n $label: rc $rc, $(python3 -c "
 import json; r=json.load(open('$w/r.json')); e=r['result']['elapsed']; o=r['result']['totals']['output_bytes']
-print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline, out {o/1e6:.1f} MB')" 2>/dev/null)"
+st={s['name']: s for s in r['statistics']['stages']}
+busy=' '.join(f\"{k} {v.get('p50_ms', 0):.2f}ms/{v.get('busy_fraction', 0):.2f}\" for k, v in st.items() if v.get('count'))
+print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline, out {o/1e6:.1f} MB; {busy}')" 2>/dev/null)"
       rm -rf $w/out-$label
     done
   done

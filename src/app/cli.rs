@@ -194,6 +194,9 @@ pub struct GpuEncodeArgs {
     /// nvCOMP Gzip algorithms to try (0 fastest .. 5 smallest).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,4")]
     pub algorithms: Vec<i32>,
+    /// Slices per nvCOMP call to try (each a row of its own).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    pub batches: Vec<usize>,
     /// Folder for sample outputs (GPU PNG and JPEG, raw nvCOMP chunks).
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
@@ -436,12 +439,16 @@ pub struct JobArgs {
     /// Compressed frames decoded on the GPU: lossless, all, none. [default: lossless]
     #[arg(long)]
     pub gpu_decode: Option<String>,
-    /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU. [default: 16]
+    /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU. [default: 32]
     #[arg(long)]
     pub decode_streams: Option<i64>,
     /// Who compresses PNG/JPEG output beside the CUDA backend: auto, gpu, cpu. [default: auto]
     #[arg(long)]
     pub gpu_encode: Option<String>,
+    /// Slices per nvCOMP call when the GPU compresses PNG (frames that wait in a render
+    /// worker's queue are compressed together). [default: 16]
+    #[arg(long)]
+    pub encode_batch: Option<i64>,
     /// Show the live dashboard even when stderr is not a terminal.
     #[arg(long, conflicts_with = "no_tui")]
     pub tui: bool,
@@ -494,6 +501,7 @@ impl JobArgs {
         r.gpu.decode = self.gpu_decode.clone();
         r.gpu.decode_streams = self.decode_streams;
         r.gpu.encode = self.gpu_encode.clone();
+        r.gpu.encode_batch = self.encode_batch;
         r.dashboard.tui = if self.tui {
             Some("on".into())
         } else if self.no_tui {

@@ -177,6 +177,17 @@ pub trait Backend: Send + Sync {
     fn gpu_route(&self) -> GpuRoute {
         GpuRoute::NONE
     }
+    /// The most frames a render worker takes in one [`RenderWorker::render_batch`] call (the
+    /// ring needs that many slots per worker, and one more for the frame being loaded).
+    fn frames_per_call(&self) -> usize {
+        1
+    }
+}
+
+/// One frame of a [`RenderWorker::render_batch`] call.
+pub struct BatchFrame<'a> {
+    pub plan: &'a FramePlan,
+    pub slot: &'a mut Slot,
 }
 
 /// Renders frames on one thread (one CUDA stream for the GPU backend).
@@ -186,4 +197,23 @@ pub trait RenderWorker: Send {
     /// `slot.output` (or `plan.output_capacity()` bytes of filtered PNG rows, or at most that
     /// many compressed bytes, as the outcome says).
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError>;
+
+    /// The most frames this worker would take in one [`render_batch`](Self::render_batch)
+    /// call: more than 1 where a step costs per call rather than per frame (nvCOMP's PNG
+    /// compression on the GPU).
+    fn batch_size(&self) -> usize {
+        1
+    }
+
+    /// Renders several frames, as [`render`](Self::render) does each, and returns their
+    /// outcomes in order. The default renders them one by one.
+    fn render_batch(
+        &mut self,
+        frames: &mut [BatchFrame<'_>],
+    ) -> Vec<Result<RenderOutcome, RenderError>> {
+        frames
+            .iter_mut()
+            .map(|f| self.render(f.plan, f.slot))
+            .collect()
+    }
 }

@@ -112,6 +112,11 @@ pub struct GpuOptions {
     pub decode_streams: usize,
     /// Who compresses PNG and JPEG output when the CUDA backend renders.
     pub encode: GpuEncodeChoice,
+    /// Slices per nvCOMP call when the GPU compresses PNG: a render worker takes up to this
+    /// many frames that wait in its queue and compresses them together, since nvCOMP's
+    /// compression costs 2–4 ms per call whatever the slices (`bench gpu-encode --batches`,
+    /// BENCHMARKS.md). 1 compresses each slice alone.
+    pub encode_batch: usize,
 }
 
 impl Default for GpuOptions {
@@ -129,6 +134,7 @@ impl Default for GpuOptions {
             decode: GpuDecode::Lossless,
             decode_streams: 32,
             encode: GpuEncodeChoice::Auto,
+            encode_batch: 16,
         }
     }
 }

@@ -47,6 +47,17 @@ impl Sizing {
     /// The options, with zeros replaced by defaults derived from the core count.
     pub fn of(opts: &PipelineOptions, backend: &dyn Backend) -> Sizing {
         Sizing::with_workers(opts, backend.default_workers())
+            .with_frames_per_call(opts, backend.frames_per_call())
+    }
+
+    /// Room in the ring for render workers that take `per_call` frames per call: each holds
+    /// that many slots, and one more fills meanwhile (two per worker already counted), or its
+    /// batches could never form. A slot count the user set stays.
+    fn with_frames_per_call(mut self, opts: &PipelineOptions, per_call: usize) -> Sizing {
+        if opts.slots == 0 && per_call > 1 {
+            self.slots += self.workers * (per_call - 1);
+        }
+        self
     }
 
     /// The options, with zeros replaced by defaults; `default_workers` when `workers` is 0 (which
@@ -515,6 +526,20 @@ mod tests {
         // Beside GPU render workers (2 streams): the cores the workers leave, at least half.
         assert_eq!(sizes(&auto, 2, 16), (true, 0, 2, 14, 20));
         assert_eq!(sizes(&auto, 4, 4), (true, 0, 4, 2, 12));
+        // Workers that batch 8 frames per call (GPU PNG) hold 9 slots each: 8 workers beside
+        // 8 writers, 8 + 2 × 8 + 2 slots and 7 more per worker.
+        let batched = Sizing::on_cores(&auto, 8, 16).with_frames_per_call(&auto, 8);
+        assert_eq!(batched.slots, 8 + 2 * 8 + 2 + 8 * 7);
+        let set = PipelineOptions {
+            slots: 30,
+            ..PipelineOptions::default()
+        };
+        assert_eq!(
+            Sizing::on_cores(&set, 8, 16)
+                .with_frames_per_call(&set, 8)
+                .slots,
+            30
+        );
         // In stages, a quarter of the cores load, the writers get the rest less half a core
         // per loader.
         assert_eq!(sizes(&stages, 0, 16), (false, 4, 0, 14, 20));

@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use std::sync::Arc;
 
-use crate::backend::{Encoded, RenderWorker};
+use crate::backend::{BatchFrame, Encoded, RenderWorker};
 use crate::decode::compressed::{self, EncodedFrame, FrameCoding};
 use crate::decode::info::SourceHeader;
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
@@ -783,57 +783,92 @@ fn encoded_frame(
     }
 }
 
-/// Renders `job` with `worker` and records its times. On failure the frame is reported, its
-/// slot goes back to the ring, and `None` is returned.
-fn render_job(
+/// Renders `jobs` with `worker`, in one call when there are several (a worker that batches
+/// asked for them: [`RenderWorker::batch_size`]), and records each frame's times. Frames that
+/// failed are reported and their slots go back to the ring; the others are returned in order.
+/// A batch's frames share its wall-clock interval, inside which each one's measured parts
+/// are laid end to end.
+fn render_jobs(
     ctx: &Context,
     worker: &mut dyn RenderWorker,
-    mut job: InFlight,
+    mut jobs: Vec<InFlight>,
     clock: &StageClock,
     events: &Sender<Event>,
-) -> Option<InFlight> {
+) -> Vec<InFlight> {
     let start = Instant::now();
-    let result = catch_unwind(AssertUnwindSafe(|| worker.render(&job.plan, &mut job.slot)));
-    let reason = match result {
-        Ok(Ok(outcome)) => {
-            let t = outcome.timings;
-            // GPU parts as measured by CUDA events, laid end to end in the worker's
-            // wall-clock interval (the CPU backend has compute only).
-            let parts = Parts {
-                leading: &[
-                    (StageId::TransferIn, t.transfer_in),
-                    (StageId::GpuDecode, t.decode),
-                ],
-                middle: (StageId::Compute, t.compute),
-                trailing: &[
-                    (StageId::GpuEncode, t.encode),
-                    (StageId::TransferOut, t.transfer_out),
-                ],
-            };
-            clock.record_parts(&job.label, start, Instant::now(), parts);
-            job.window = outcome.window;
-            job.device = outcome.device;
-            job.png_rows = outcome.png_rows;
-            job.encoded = outcome.encoded;
-            return Some(job);
+    let results = catch_unwind(AssertUnwindSafe(|| match jobs.as_mut_slice() {
+        [job] => vec![worker.render(&job.plan, &mut job.slot)],
+        many => {
+            let mut frames: Vec<BatchFrame<'_>> = many
+                .iter_mut()
+                .map(|j| BatchFrame {
+                    plan: &j.plan,
+                    slot: &mut j.slot,
+                })
+                .collect();
+            worker.render_batch(&mut frames)
         }
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => panic_reason("rendering"),
+    }));
+    let end = Instant::now();
+    let mut results = match results {
+        Ok(r) => r
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect(),
+        Err(_) => Vec::new(),
     };
-    let _ = send_failure(
-        ctx,
-        events,
-        Event::FrameFailed {
-            id: job.id,
-            frame: job.frame,
-            stage: Stage::Render,
-            reason,
-        },
-    );
-    ctx.pool.give_back(job.slot);
-    None
+    let panicked = results.is_empty();
+    let mut rendered = Vec::with_capacity(jobs.len());
+    for (i, mut job) in jobs.into_iter().enumerate() {
+        let result = match results.get_mut(i) {
+            Some(r) => std::mem::replace(r, Err(String::new())),
+            None if panicked => Err(panic_reason("rendering")),
+            None => Err("the render worker returned no outcome for this frame".to_string()),
+        };
+        match result {
+            Ok(outcome) => {
+                let t = outcome.timings;
+                // GPU parts as measured by CUDA events, laid end to end in the worker's
+                // wall-clock interval (the CPU backend has compute only).
+                let parts = Parts {
+                    leading: &[
+                        (StageId::TransferIn, t.transfer_in),
+                        (StageId::GpuDecode, t.decode),
+                    ],
+                    middle: (StageId::Compute, t.compute),
+                    trailing: &[
+                        (StageId::GpuEncode, t.encode),
+                        (StageId::TransferOut, t.transfer_out),
+                    ],
+                };
+                clock.record_parts(&job.label, start, end, parts);
+                job.window = outcome.window;
+                job.device = outcome.device;
+                job.png_rows = outcome.png_rows;
+                job.encoded = outcome.encoded;
+                rendered.push(job);
+            }
+            Err(reason) => {
+                let _ = send_failure(
+                    ctx,
+                    events,
+                    Event::FrameFailed {
+                        id: job.id,
+                        frame: job.frame,
+                        stage: Stage::Render,
+                        reason,
+                    },
+                );
+                ctx.pool.give_back(job.slot);
+            }
+        }
+    }
+    rendered
 }
 
+/// A render worker thread: takes a frame, and with it as many as already wait in the queue up
+/// to the worker's batch size (never waiting for more: a batch forms only when frames queue
+/// up, so a quiet pipeline keeps its latency).
 pub(crate) fn render_stage(
     ctx: &Context,
     mut worker: Box<dyn RenderWorker>,
@@ -842,8 +877,17 @@ pub(crate) fn render_stage(
     events: Sender<Event>,
 ) {
     let clock = StageClock::new(&ctx.stats, ctx.tracer.clone(), &RENDERING);
-    for job in rx {
-        if let Some(job) = render_job(ctx, worker.as_mut(), job, &clock, &events) {
+    let batch = worker.batch_size().max(1);
+    while let Ok(first) = rx.recv() {
+        let mut jobs = Vec::with_capacity(batch);
+        jobs.push(first);
+        while jobs.len() < batch {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        for job in render_jobs(ctx, worker.as_mut(), jobs, &clock, &events) {
             if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
                 ctx.pool.give_back(job.slot);
             }
@@ -897,7 +941,8 @@ impl Writer {
     /// output atomically; reports the frame done or failed.
     fn finish(&mut self, ctx: &Context, clock: &StageClock, job: InFlight, events: &Sender<Event>) {
         let job = match self.renderer.as_mut() {
-            Some(worker) => match render_job(ctx, worker.as_mut(), job, clock, events) {
+            Some(worker) => match render_jobs(ctx, worker.as_mut(), vec![job], clock, events).pop()
+            {
                 Some(job) => job,
                 None => return,
             },

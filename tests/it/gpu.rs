@@ -1447,6 +1447,79 @@ fn gpu_encoded_fixtures_and_series_match_the_cpu_backend() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// GPU PNG in batches: one render worker that takes up to 16 waiting frames per nvCOMP call
+/// compresses the 200-slice series in fewer calls than frames (the backend's closing line
+/// says how many), and every file decodes to the CPU backend's pixels, with the slots mapped
+/// (zero-copy) and on the heap (pageable: the length word is read first).
+#[test]
+fn gpu_png_batches_compress_several_frames_per_call_to_the_cpu_pixels() {
+    let test = "gpu_png_batches_compress_several_frames_per_call_to_the_cpu_pixels";
+    if gpu_or_skip(test).is_none() || !gpu_encoder_or_skip(test, "libnvcomp.so.6") {
+        return;
+    }
+    let root = tempdir("gpu-png-batches");
+    let input = repo_path("assets/sample");
+    let i = input.to_str().unwrap();
+    let cpu = root.join("cpu");
+    dicomflow_ok(&[
+        "run",
+        i,
+        "-o",
+        cpu.to_str().unwrap(),
+        "-q",
+        "--no-tui",
+        "--backend",
+        "cpu",
+    ]);
+    let expected = files(&cpu, "png");
+    assert_eq!(expected.len(), 200);
+    for transfer in ["zero-copy", "pageable"] {
+        let gpu = root.join(transfer);
+        let out = dicomflow_ok(&[
+            "-v",
+            "run",
+            i,
+            "-o",
+            gpu.to_str().unwrap(),
+            "--no-tui",
+            "--backend",
+            "cuda",
+            "--gpu-encode",
+            "gpu",
+            "--streams",
+            "1",
+            "--encode-batch",
+            "16",
+            "--transfer",
+            transfer,
+        ]);
+        let err = stderr(&out);
+        let line = err
+            .lines()
+            .find(|l| l.contains("GPU PNG: "))
+            .unwrap_or_else(|| panic!("{transfer}: no GPU PNG line:\n{err}"));
+        // "GPU PNG: F frames in C nvCOMP calls (X per call)"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = words.iter().position(|w| *w == "PNG:").unwrap();
+        let frames: u64 = words[at + 1].parse().unwrap();
+        let calls: u64 = words[at + 4].parse().unwrap();
+        assert_eq!(frames, 200, "{line}");
+        assert!(calls < frames, "{transfer}: no batch formed: {line}");
+        eprintln!("{transfer}: {line}");
+        let got = files(&gpu, "png");
+        assert_eq!(got.len(), expected.len(), "{transfer}: file count");
+        for ((p, g), (_, c)) in got.iter().zip(&expected) {
+            let what = format!("{transfer} {}", p.display());
+            assert_eq!(
+                decode_png_both(g, &what),
+                decode_png_both(c, &what),
+                "{what}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// Opens every file with Pillow where python3 and Pillow are installed (says so otherwise).
 fn pillow_check(dir: &Path, got: &[(PathBuf, Vec<u8>)]) {
     let script = "import sys\nfrom PIL import Image\nfor p in sys.argv[1:]:\n    im = Image.open(p); im.load()\nprint(len(sys.argv) - 1)";
@@ -1486,6 +1559,8 @@ fn gpu_bench_gpu_encode_prints_png_and_jpeg_rows() {
         "2",
         "--algorithms",
         "1",
+        "--batches",
+        "1,4",
     ];
     let test = "gpu_bench_gpu_encode_prints_png_and_jpeg_rows";
     if gpu_or_skip(test).is_none() {
@@ -1503,7 +1578,14 @@ fn gpu_bench_gpu_encode_prints_png_and_jpeg_rows() {
     assert!(
         table
             .lines()
-            .any(|l| l.starts_with("256 ") && l.trim_end().ends_with("2/2")),
+            .any(|l| l.starts_with("256 ") && l.trim_end().ends_with(" 2/2")),
+        "{table}"
+    );
+    // Four slices in one nvCOMP call, each decoding to its own pixels.
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("256 ") && l.trim_end().ends_with(" 4/4")),
         "{table}"
     );
     assert!(table.contains("one Deflate stream"), "{table}");

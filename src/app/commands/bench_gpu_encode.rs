@@ -15,7 +15,7 @@ use dicomflow::backend::cpu::CpuRenderer;
 use dicomflow::backend::cuda::driver::{
     self, Args, CudaError, Device, DeviceBuffer, Event, Module, Stream,
 };
-use dicomflow::backend::cuda::encode::{packed_len, GpuPng, PACKED_HEADER};
+use dicomflow::backend::cuda::encode::{packed_len, GpuPng, PngInput, PACKED_HEADER};
 use dicomflow::backend::cuda::nvcomp::Nvcomp;
 use dicomflow::backend::cuda::nvjpeg::{Chroma, JpegEncoder, Nvjpeg};
 use dicomflow::backend::cuda::nvrtc;
@@ -38,6 +38,8 @@ pub struct GpuEncodeBenchOptions {
     pub rounds: usize,
     /// nvCOMP algorithms to try.
     pub algorithms: Vec<i32>,
+    /// Slices per nvCOMP call to try.
+    pub batches: Vec<usize>,
     /// Folder for sample outputs (none when `None`).
     pub out: Option<PathBuf>,
     pub library_path: Option<PathBuf>,
@@ -155,6 +157,9 @@ fn download(stream: &Stream, src: u64, len: usize) -> Result<Vec<u8>, String> {
 struct PngRow {
     size: u32,
     algorithm: i32,
+    /// Slices per nvCOMP call.
+    batch: usize,
+    /// Per call (batch slices).
     compress_ms: f64,
     finish_ms: f64,
     per_s: Vec<f64>,
@@ -208,8 +213,9 @@ fn on_streams(
     Ok((streams * rounds) as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Sustained PNG encoding: each stream queues `rounds` slices and copies the packed stream to
-/// mapped host memory, synchronizing per slice as a render worker does.
+/// Sustained PNG encoding: each stream queues `rounds` slices, `batch` per nvCOMP call, and
+/// copies the packed streams to mapped host memory, synchronizing per call as a render worker
+/// does.
 #[allow(clippy::too_many_arguments)]
 fn png_sustained(
     device: &Arc<Device>,
@@ -218,10 +224,12 @@ fn png_sustained(
     rows: &[u64],
     rows_len: usize,
     algorithm: i32,
+    batch: usize,
     streams: usize,
     rounds: usize,
 ) -> Result<f64, String> {
-    on_streams(device, streams, rounds, |t, stream| {
+    let calls = rounds.div_ceil(batch);
+    let rate = on_streams(device, streams, calls * batch, |t, stream| {
         let mut enc = GpuPng::new(
             nvcomp.clone(),
             module,
@@ -229,16 +237,74 @@ fn png_sustained(
             algorithm,
             [0x78, 0x01],
         )?;
-        let mut host = driver::MappedRegion::new(rows_len + 64).map_err(e)?;
+        let stride = (rows_len + 64).div_ceil(256) * 256;
+        let mut host = driver::MappedRegion::new(stride * batch).map_err(e)?;
         let dst = host.register().map_err(e)?;
-        for r in 0..rounds {
-            let src = rows[(t + r) % rows.len()];
-            enc.queue(src, rows_len, rows_len, None)?;
-            enc.copy_packed(dst, rows_len).map_err(e)?;
+        for c in 0..calls {
+            let inputs: Vec<PngInput> = (0..batch)
+                .map(|b| PngInput {
+                    rows: rows[(t + c * batch + b) % rows.len()],
+                    len: rows_len,
+                    cap: rows_len,
+                })
+                .collect();
+            let packed = enc.queue_batch(&inputs, None)?;
+            for (b, src) in packed.iter().enumerate() {
+                enc.copy_packed_from(*src, dst + (b * stride) as u64, rows_len)
+                    .map_err(e)?;
+            }
             stream.synchronize().map_err(e)?;
         }
         Ok(())
-    })
+    })?;
+    Ok(rate)
+}
+
+/// One nvCOMP call for `batch` of the slices (cycled): its time (CUDA events around the
+/// call) and whether every packed stream decodes to its slice's pixels.
+#[allow(clippy::too_many_arguments)]
+fn png_batch_check(
+    enc: &mut GpuPng,
+    stream: &Arc<Stream>,
+    marks: &[Event; 3],
+    dev: &DeviceSlices,
+    slices: &[Vec<u8>],
+    size: u32,
+    batch: usize,
+) -> Result<(f64, usize), String> {
+    let inputs: Vec<PngInput> = (0..batch)
+        .map(|b| PngInput {
+            rows: dev.rows[b % dev.rows.len()].ptr(),
+            len: dev.rows_len,
+            cap: dev.rows_len,
+        })
+        .collect();
+    let mut times = Vec::new();
+    let mut same = 0;
+    for round in 0..3 {
+        marks[0].record(stream).map_err(e)?;
+        let packed = enc.queue_batch(&inputs, Some(&marks[1]))?;
+        stream.synchronize().map_err(e)?;
+        times.push(f64::from(
+            Event::elapsed_ms(&marks[0], &marks[1]).map_err(e)?,
+        ));
+        if round > 0 {
+            continue;
+        }
+        for (b, src) in packed.iter().enumerate() {
+            let head = download(stream, *src, PACKED_HEADER)?;
+            let Some(zlen) = packed_len(&head) else {
+                continue;
+            };
+            let z = download(stream, src + PACKED_HEADER as u64, zlen)?;
+            let mut file = Vec::new();
+            png_from_zlib(&mut file, size, size, 1, &z).map_err(|e| e.to_string())?;
+            if decode_png(&file).ok().as_ref() == Some(&slices[b % slices.len()]) {
+                same += 1;
+            }
+        }
+    }
+    Ok((median(&mut times), same))
 }
 
 /// Runs the benchmark and returns the printed report.
@@ -412,43 +478,59 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
                     }
                 }
                 let rows: Vec<u64> = dev.rows.iter().map(|b| b.ptr()).collect();
-                let per_s = opts
-                    .streams
-                    .iter()
-                    .map(|&streams| {
-                        if !failed.is_empty() {
-                            return f64::NAN;
-                        }
-                        png_sustained(
-                            &device,
-                            &module,
-                            nvcomp,
-                            &rows,
-                            dev.rows_len,
-                            algorithm,
-                            streams,
-                            opts.rounds,
-                        )
-                        .unwrap_or_else(|err| {
-                            notes.push(format!("sustained: {err}"));
-                            f64::NAN
-                        })
-                    })
-                    .collect();
                 if !failed.is_empty() {
                     notes.push(format!("{size}² {algorithm}: {}", failed.join("; ")));
                 }
-                png_rows.push(PngRow {
-                    size,
-                    algorithm,
-                    compress_ms: median(&mut c_ms),
-                    finish_ms: median(&mut f_ms),
-                    per_s,
-                    bytes,
-                    cpu_bytes,
-                    identical: format!("{same}/{}", slices.len()),
-                    layout,
-                });
+                for &batch in &opts.batches {
+                    let (call_ms, identical) = if batch == 1 {
+                        (median(&mut c_ms), format!("{same}/{}", slices.len()))
+                    } else {
+                        match png_batch_check(&mut enc, &stream, &marks, &dev, &slices, size, batch)
+                        {
+                            Ok((ms, same)) => (ms, format!("{same}/{batch}")),
+                            Err(err) => {
+                                notes.push(format!("{size}² {algorithm} batch {batch}: {err}"));
+                                continue;
+                            }
+                        }
+                    };
+                    let per_s = opts
+                        .streams
+                        .iter()
+                        .map(|&streams| {
+                            if !failed.is_empty() {
+                                return f64::NAN;
+                            }
+                            png_sustained(
+                                &device,
+                                &module,
+                                nvcomp,
+                                &rows,
+                                dev.rows_len,
+                                algorithm,
+                                batch,
+                                streams,
+                                opts.rounds,
+                            )
+                            .unwrap_or_else(|err| {
+                                notes.push(format!("sustained: {err}"));
+                                f64::NAN
+                            })
+                        })
+                        .collect();
+                    png_rows.push(PngRow {
+                        size,
+                        algorithm,
+                        batch,
+                        compress_ms: call_ms,
+                        finish_ms: median(&mut f_ms),
+                        per_s,
+                        bytes,
+                        cpu_bytes,
+                        identical,
+                        layout: layout.clone(),
+                    });
+                }
             }
         }
         if let Ok(nvjpeg) = &nvjpeg {
@@ -460,17 +542,18 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
     let streams: Vec<String> = opts.streams.iter().map(|n| format!("{n} str/s")).collect();
     let _ = writeln!(
         s,
-        "\nPNG on the GPU: nvCOMP gzip, one member per slice (per slice: CUDA events; sustained: \
-         N streams × {} slices each, synchronized per slice, packed stream copied to mapped host \
-         memory; slices/s)",
+        "\nPNG on the GPU: nvCOMP gzip, one member per slice, `batch` slices per nvCOMP call \
+         (call ms: CUDA events around one call; sustained: N streams × {} slices each, \
+         synchronized per call, packed streams copied to mapped host memory; slices/s)",
         opts.rounds
     );
     let _ = writeln!(
         s,
-        "{:<6} {:>4} {:>11} {:>10} {}  {:>9} {:>8}",
+        "{:<6} {:>4} {:>5} {:>11} {:>10} {}  {:>9} {:>8}",
         "slice",
         "alg",
-        "compress ms",
+        "batch",
+        "call ms",
         "finish ms",
         streams
             .iter()
@@ -483,9 +566,10 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
     for r in &png_rows {
         let _ = writeln!(
             s,
-            "{:<6} {:>4} {:>11.3} {:>10.3} {}  {:>9.3} {:>8}",
+            "{:<6} {:>4} {:>5} {:>11.3} {:>10.3} {}  {:>9.3} {:>8}",
             r.size,
             r.algorithm,
+            r.batch,
             r.compress_ms,
             r.finish_ms,
             r.per_s
@@ -498,7 +582,7 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
         );
     }
     let _ = writeln!(s, "\nDeflate layout (first slice of each row):");
-    for r in &png_rows {
+    for r in png_rows.iter().filter(|r| r.batch == 1) {
         let _ = writeln!(s, "{} {}: {}", r.size, r.algorithm, r.layout);
     }
     if !jpeg_lines.is_empty() {
@@ -674,6 +758,7 @@ pub fn execute(a: &crate::app::cli::GpuEncodeArgs) -> Result<i32, dicomflow::err
         streams: a.streams.iter().map(|&n| n.max(1)).collect(),
         rounds: a.rounds.max(1),
         algorithms: a.algorithms.clone(),
+        batches: a.batches.iter().map(|&n| n.max(1)).collect(),
         out: a.out.clone(),
         library_path: a.library_path.clone(),
         device: a.device,

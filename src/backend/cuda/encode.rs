@@ -44,8 +44,8 @@ impl Kernels {
 }
 
 /// Byte offsets of the small tables inside one device buffer, each 256-byte aligned: nvCOMP's
-/// one-entry arrays (input pointer and size, output pointer and size, status) and the chunks'
-/// Adler-32.
+/// arrays of `n` entries (input pointers and sizes, output pointers and sizes, statuses) and
+/// the Adler-32 of each slice's chunks (`adler_chunks` per slice).
 struct Tables {
     in_ptr: usize,
     in_size: usize,
@@ -53,20 +53,43 @@ struct Tables {
     out_size: usize,
     status: usize,
     adler: usize,
+    /// Adler-32 entries per slice.
+    adler_chunks: usize,
     len: usize,
 }
 
 impl Tables {
-    fn new(adler_chunks: usize) -> Tables {
+    fn new(n: usize, adler_chunks: usize) -> Tables {
+        let aligned = |bytes: usize| bytes.div_ceil(256) * 256;
+        let array = aligned(8 * n);
+        let in_ptr = 0;
+        let in_size = in_ptr + array;
+        let out_ptr = in_size + array;
+        let out_size = out_ptr + array;
+        let status = out_size + array;
+        let adler = status + aligned(4 * n);
         Tables {
-            in_ptr: 0,
-            in_size: 256,
-            out_ptr: 512,
-            out_size: 768,
-            status: 1024,
-            adler: 1280,
-            len: 1280 + (4 * adler_chunks).div_ceil(256) * 256,
+            in_ptr,
+            in_size,
+            out_ptr,
+            out_size,
+            status,
+            adler,
+            adler_chunks,
+            len: adler + aligned(4 * adler_chunks * n),
         }
+    }
+
+    /// Offsets of slice `i`'s entries: (in_ptr, in_size, out_ptr, out_size, status, adler).
+    fn entry(&self, i: usize) -> [usize; 6] {
+        [
+            self.in_ptr + 8 * i,
+            self.in_size + 8 * i,
+            self.out_ptr + 8 * i,
+            self.out_size + 8 * i,
+            self.status + 4 * i,
+            self.adler + 4 * self.adler_chunks * i,
+        ]
     }
 }
 
@@ -121,6 +144,10 @@ impl GpuEncodeWish {
 }
 
 /// One worker's GPU PNG compressor (it owns scratch device memory on the worker's stream).
+/// It compresses one slice per nvCOMP call ([`queue`](Self::queue)) or several
+/// ([`queue_batch`](Self::queue_batch)): nvCOMP's gzip compressor costs about 2–4 ms per call
+/// whatever the slice size (BENCHMARKS.md, "GPU encoders"), so a call for several slices
+/// spreads that over all of them.
 pub struct GpuPng {
     nvcomp: Arc<Nvcomp>,
     pub algorithm: i32,
@@ -129,11 +156,20 @@ pub struct GpuPng {
     stream: Arc<Stream>,
     tables: Option<DeviceBuffer>,
     temp: Option<DeviceBuffer>,
-    /// The input size the temp size was asked for, and the answer.
-    temp_for: Option<(usize, usize)>,
+    /// The (slices, largest slice, total) the temp size was asked for, and the answer.
+    temp_for: Option<((usize, usize, usize), usize)>,
     packed: Option<DeviceBuffer>,
     /// nvCOMP's output room for an input size: (size, room).
     room_for: Option<(usize, usize)>,
+}
+
+/// One slice for [`GpuPng::queue_batch`]: `len` bytes of filtered rows at device address
+/// `rows`, whose packed stream may take at most `cap` bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct PngInput {
+    pub rows: u64,
+    pub len: usize,
+    pub cap: usize,
 }
 
 impl GpuPng {
@@ -180,60 +216,89 @@ impl GpuPng {
         cap: usize,
         compressed: Option<&Event>,
     ) -> Result<u64, String> {
+        let packed = self.queue_batch(&[PngInput { rows, len, cap }], compressed)?;
+        packed
+            .first()
+            .copied()
+            .ok_or_else(|| "GPU PNG encoder: no packed stream".to_string())
+    }
+
+    /// Queues the compression of every slice of `inputs` in one nvCOMP call, each into its
+    /// own packed stream (as [`queue`](Self::queue) makes it), and returns their device
+    /// addresses in the order of `inputs`. Every slice's rows must stay unchanged until the
+    /// stream has run the work.
+    pub fn queue_batch(
+        &mut self,
+        inputs: &[PngInput],
+        compressed: Option<&Event>,
+    ) -> Result<Vec<u64>, String> {
         let cuda = |e: CudaError| e.to_string();
         let nv = |e: super::nvcomp::NvcompError| e.to_string();
-        let len = len.max(1);
+        let n = inputs.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let largest = inputs.iter().map(|i| i.len.max(1)).max().unwrap_or(1);
+        let total: usize = inputs.iter().map(|i| i.len.max(1)).sum();
+        let cap = inputs.iter().map(|i| i.cap).max().unwrap_or(0);
         let room = match self.room_for {
-            Some((l, room)) if l == len => room,
+            Some((l, room)) if l == largest => room,
             _ => {
                 let room = self
                     .nvcomp
-                    .max_output_bytes(Format::Gzip, self.algorithm, len)
+                    .max_output_bytes(Format::Gzip, self.algorithm, largest)
                     .map_err(nv)?;
-                self.room_for = Some((len, room));
+                self.room_for = Some((largest, room));
                 room
             }
         };
+        let key = (n, largest, total);
         let temp_bytes = match self.temp_for {
-            Some((l, bytes)) if l == len => bytes,
+            Some((k, bytes)) if k == key => bytes,
             _ => {
                 let bytes = self
                     .nvcomp
-                    .temp_bytes(Format::Gzip, self.algorithm, 1, len, len)
+                    .temp_bytes(Format::Gzip, self.algorithm, n, largest, total)
                     .map_err(nv)?;
-                self.temp_for = Some((len, bytes));
+                self.temp_for = Some((key, bytes));
                 bytes
             }
         };
-        let adler_chunks = len.div_ceil(CHUNK);
-        let t = Tables::new(adler_chunks);
+        let t = Tables::new(n, largest.div_ceil(CHUNK));
         let stream = self.stream.clone();
         let tables = driver::ensure_buffer(&mut self.tables, &stream, t.len).map_err(cuda)?;
         let temp = driver::ensure_buffer(&mut self.temp, &stream, temp_bytes).map_err(cuda)?;
-        // Room for nvCOMP's worst case and for the 16-byte copy of up to `cap` bytes.
-        let packed_len = room.max(cap).div_ceil(16) * 16 + 16;
-        let packed = driver::ensure_buffer(&mut self.packed, &stream, packed_len).map_err(cuda)?;
+        // Room for nvCOMP's worst case and for the 16-byte copy of up to `cap` bytes, each
+        // slice's stream 256-byte aligned (nvCOMP's output alignment, checked in `new`).
+        let stride = (room.max(cap).div_ceil(16) * 16 + 16).div_ceil(256) * 256;
+        let packed = driver::ensure_buffer(&mut self.packed, &stream, stride * n).map_err(cuda)?;
         let at = |offset: usize| tables + offset as u64;
-
-        let args = Args::default()
-            .u64(rows)
-            .u64(len as u64)
-            .u64(packed)
-            .u64(at(t.in_ptr))
-            .u64(at(t.in_size))
-            .u64(at(t.out_ptr));
-        driver::launch(&self.k.setup, 1, 32, 0, &stream, args).map_err(cuda)?;
-        // SAFETY: the one-entry tables, the temp buffer (nvCOMP's size for this input) and the
-        // packed buffer (nvCOMP's worst-case output for it) were sized above on this stream and
-        // live until replaced or dropped, both stream-ordered after this work.
+        let mut out = Vec::with_capacity(n);
+        for (i, input) in inputs.iter().enumerate() {
+            let [in_ptr, in_size, out_ptr, ..] = t.entry(i);
+            let dst = packed + (i * stride) as u64;
+            let args = Args::default()
+                .u64(input.rows)
+                .u64(input.len.max(1) as u64)
+                .u64(dst)
+                .u64(at(in_ptr))
+                .u64(at(in_size))
+                .u64(at(out_ptr));
+            driver::launch(&self.k.setup, 1, 32, 0, &stream, args).map_err(cuda)?;
+            out.push(dst);
+        }
+        // SAFETY: the tables (n entries), the temp buffer (nvCOMP's size for these inputs) and
+        // the packed buffer (nvCOMP's worst-case output for the largest, per slice) were sized
+        // above on this stream and live until replaced or dropped, both stream-ordered after
+        // this work.
         unsafe {
             self.nvcomp.compress_async(
                 Format::Gzip,
                 self.algorithm,
                 at(t.in_ptr),
                 at(t.in_size),
-                len,
-                1,
+                largest,
+                n,
                 temp,
                 temp_bytes,
                 at(t.out_ptr),
@@ -246,36 +311,48 @@ impl GpuPng {
         if let Some(mark) = compressed {
             mark.record(&stream).map_err(cuda)?;
         }
-        let args = Args::default()
-            .u64(rows)
-            .u64(len as u64)
-            .u32(CHUNK as u32)
-            .u64(at(t.adler));
-        driver::launch(&self.k.adler, adler_chunks as u32, 256, 0, &stream, args).map_err(cuda)?;
         let header = self.zlib_header;
-        let args = Args::default()
-            .u64(packed)
-            .u64(at(t.out_size))
-            .u64(at(t.status))
-            .u64(len as u64)
-            .u64(at(t.adler))
-            .u32(adler_chunks as u32)
-            .u64(CHUNK as u64)
-            .u32(u32::from(header[0]) << 8 | u32::from(header[1]))
-            .u64(cap as u64);
-        driver::launch(&self.k.to_zlib, 1, 32, 0, &stream, args).map_err(cuda)?;
-        Ok(packed)
+        for (i, input) in inputs.iter().enumerate() {
+            let [_, _, _, out_size, status, adler] = t.entry(i);
+            let len = input.len.max(1);
+            let adler_chunks = len.div_ceil(CHUNK);
+            let args = Args::default()
+                .u64(input.rows)
+                .u64(len as u64)
+                .u32(CHUNK as u32)
+                .u64(at(adler));
+            driver::launch(&self.k.adler, adler_chunks as u32, 256, 0, &stream, args)
+                .map_err(cuda)?;
+            let args = Args::default()
+                .u64(out[i])
+                .u64(at(out_size))
+                .u64(at(status))
+                .u64(len as u64)
+                .u64(at(adler))
+                .u32(adler_chunks as u32)
+                .u64(CHUNK as u64)
+                .u32(u32::from(header[0]) << 8 | u32::from(header[1]))
+                .u64(input.cap as u64);
+            driver::launch(&self.k.to_zlib, 1, 32, 0, &stream, args).map_err(cuda)?;
+        }
+        Ok(out)
     }
 
     /// Queues the copy of the packed stream (as [`queue`](Self::queue) left it) to `dst`, a
     /// device-visible address of `cap` bytes (a mapped slot), with 16-byte stores; only the
     /// length word when packing failed.
     pub fn copy_packed(&self, dst: u64, cap: usize) -> Result<(), CudaError> {
-        let Some(packed) = self.packed.as_ref() else {
-            return Ok(());
-        };
+        match self.packed.as_ref() {
+            Some(packed) => self.copy_packed_from(packed.ptr(), dst, cap),
+            None => Ok(()),
+        }
+    }
+
+    /// As [`copy_packed`](Self::copy_packed) for the packed stream at `src` (an address
+    /// [`queue_batch`](Self::queue_batch) returned).
+    pub fn copy_packed_from(&self, src: u64, dst: u64, cap: usize) -> Result<(), CudaError> {
         let groups = (cap as u64).div_ceil(16);
-        let args = Args::default().u64(packed.ptr()).u64(dst).u64(cap as u64);
+        let args = Args::default().u64(src).u64(dst).u64(cap as u64);
         driver::launch(
             &self.k.copy_packed,
             groups.div_ceil(256).clamp(1, 4096) as u32,
@@ -309,13 +386,23 @@ mod tests {
 
     #[test]
     fn tables_are_aligned_and_disjoint() {
-        let t = Tables::new(62);
-        let offsets = [
-            t.in_ptr, t.in_size, t.out_ptr, t.out_size, t.status, t.adler,
-        ];
-        assert!(offsets.iter().all(|o| o % 256 == 0));
-        assert!(offsets.windows(2).all(|w| w[0] < w[1]));
-        assert!(t.adler + 4 * 62 <= t.len);
+        for n in [1, 3, 32, 33] {
+            let t = Tables::new(n, 62);
+            let offsets = [
+                t.in_ptr, t.in_size, t.out_ptr, t.out_size, t.status, t.adler,
+            ];
+            assert!(offsets.iter().all(|o| o % 256 == 0));
+            // Each array holds its n entries before the next begins.
+            let widths = [8, 8, 8, 8, 4];
+            for (w, pair) in widths.iter().zip(offsets.windows(2)) {
+                assert!(pair[0] + w * n <= pair[1], "{n}: {pair:?}");
+            }
+            assert!(t.adler + 4 * 62 * n <= t.len);
+            let last = t.entry(n - 1);
+            assert_eq!(last[0], t.in_ptr + 8 * (n - 1));
+            assert_eq!(last[5], t.adler + 4 * 62 * (n - 1));
+            assert!(last[5] + 4 * 62 <= t.len);
+        }
     }
 
     #[test]

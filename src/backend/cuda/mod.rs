@@ -91,6 +91,9 @@ pub(crate) struct Shared {
     /// Frames decoded on the GPU, and frames a GPU codec left to the CPU decoder.
     gpu_decoded: AtomicU64,
     decode_fallbacks: AtomicU64,
+    /// nvCOMP calls made for PNG output, and the frames they compressed.
+    png_calls: AtomicU64,
+    png_frames: AtomicU64,
     /// The encoder the workers run after rendering, when the GPU encodes.
     encoder: Option<GpuEncoder>,
     /// What [`BackendInfo::encoder`] and `encoder_reason` say.
@@ -104,6 +107,8 @@ pub(crate) enum GpuEncoder {
         nvcomp: Arc<nvcomp::Nvcomp>,
         filter: u32,
         effort: encode::PngEffort,
+        /// Slices per nvCOMP call (`gpu.encode_batch`).
+        batch: usize,
     },
     /// One nvJPEG handle per device (in `Shared::devices` order).
     Jpeg {
@@ -164,6 +169,7 @@ fn load_encoder(
                         nvcomp: Arc::new(lib),
                         filter,
                         effort,
+                        batch: gpu.encode_batch.max(1),
                     },
                     line,
                 )
@@ -498,6 +504,8 @@ impl CudaBackend {
             codecs,
             gpu_decoded: AtomicU64::new(0),
             decode_fallbacks: AtomicU64::new(0),
+            png_calls: AtomicU64::new(0),
+            png_frames: AtomicU64::new(0),
             encoder,
             encoder_line,
         });
@@ -618,6 +626,13 @@ impl Backend for CudaBackend {
         self.shared.codecs.route()
     }
 
+    fn frames_per_call(&self) -> usize {
+        match &self.shared.encoder {
+            Some(GpuEncoder::Png { batch, .. }) => *batch,
+            _ => 1,
+        }
+    }
+
     fn allocator(&self) -> Arc<dyn HostAllocator> {
         self.allocator.clone()
     }
@@ -644,6 +659,16 @@ impl Backend for CudaBackend {
             tracing::info!(
                 "codec library allocations: {sync} device (synchronous), {stream} device \
                  (stream-ordered), {pinned} page-locked"
+            );
+        }
+        let (calls, frames) = (
+            self.shared.png_calls.load(Ordering::Relaxed),
+            self.shared.png_frames.load(Ordering::Relaxed),
+        );
+        if calls > 0 {
+            tracing::info!(
+                "GPU PNG: {frames} frames in {calls} nvCOMP calls ({:.1} per call)",
+                frames as f64 / calls as f64
             );
         }
         self.pinned.clear_stock();

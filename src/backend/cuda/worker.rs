@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 
 use super::decode::{Decoded, FrameDecoder};
 use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
-use super::encode::{packed_len, GpuPng, PACKED_HEADER};
+use super::encode::{packed_len, GpuPng, PngInput, PACKED_HEADER};
 use super::nvjpeg::{Chroma, JpegEncoder};
 use super::{GpuEncoder, Shared, Strategy};
 use crate::backend::cpu::CpuRenderer;
 use crate::backend::{
-    BackendError, Encoded, RenderError, RenderOutcome, RenderTimings, RenderWorker,
+    BackendError, BatchFrame, Encoded, RenderError, RenderOutcome, RenderTimings, RenderWorker,
 };
 use crate::memory::Slot;
 use crate::render::chain::{self, Resolved, ResolvedVoi};
@@ -163,6 +163,32 @@ pub struct CudaWorker {
     /// Buffers for the CPU decode of a frame the GPU codec did not take.
     fallback: Vec<u8>,
     fallback_scratch: Vec<u8>,
+    /// Slices per nvCOMP call when the GPU compresses PNG (`gpu.encode_batch`).
+    batch_max: usize,
+    /// While [`render_batch`](RenderWorker::render_batch) runs: the frames whose PNG
+    /// compression waits for the end of the batch.
+    batch: Option<Vec<Deferred>>,
+    /// Per position in a batch: the frame's filtered rows, and its events (0 start, 1 staged
+    /// in, 2 filtered, 3 and 4 around a GPU decode).
+    batch_rows: Vec<Option<DeviceBuffer>>,
+    batch_ev: Vec<[Event; 5]>,
+    /// Around a batch's compression: 0 before, 1 compressed, 2 copied to the slots.
+    batch_marks: [Event; 3],
+}
+
+/// A frame of a batch whose filtered rows wait in device memory for the batch's one nvCOMP
+/// call ([`CudaWorker::render_batch`]).
+struct Deferred {
+    /// Its position among the batch's frames.
+    frame: usize,
+    /// Its position in `batch_rows` and `batch_ev`.
+    index: usize,
+    /// The filtered rows (device memory) and their length, which is also the most the packed
+    /// stream may take in the slot.
+    rows: u64,
+    cap: usize,
+    /// Whether a GPU codec decoded it (its decode events hold a time).
+    decoded: bool,
 }
 
 /// Where the frame's stored values are when the chain starts.
@@ -225,12 +251,22 @@ impl CudaWorker {
         ];
         let ev_decode = [Event::new(&device)?, Event::new(&device)?];
         let ev_done = Event::blocking(&device)?;
+        let batch_marks = [
+            Event::new(&device)?,
+            Event::new(&device)?,
+            Event::new(&device)?,
+        ];
+        let batch_max = match &shared.encoder {
+            Some(GpuEncoder::Png { batch, .. }) => (*batch).max(1),
+            _ => 1,
+        };
         let encoder = match &shared.encoder {
             None => None,
             Some(GpuEncoder::Png {
                 nvcomp,
                 filter,
                 effort,
+                ..
             }) => Some(WorkerEncoder::Png {
                 png: Box::new(
                     GpuPng::new(
@@ -287,6 +323,11 @@ impl CudaWorker {
             host_counts: Vec::new(),
             cpu: CpuRenderer::default(),
             last_publish: Instant::now(),
+            batch_max,
+            batch: None,
+            batch_rows: Vec::new(),
+            batch_ev: Vec::new(),
+            batch_marks,
         })
     }
 
@@ -306,6 +347,10 @@ impl CudaWorker {
         self.table_key = None;
         if let Some(WorkerEncoder::Png { png, .. }) = &mut self.encoder {
             png.release();
+        }
+        // The rows of frames already queued in this batch are still to be compressed.
+        if self.batch.is_none() {
+            self.batch_rows.clear();
         }
     }
 
@@ -816,6 +861,9 @@ impl CudaWorker {
         plan: &FramePlan,
         slot: &mut Slot,
     ) -> Result<RenderOutcome, RenderError> {
+        if self.batch.is_some() && matches!(self.encoder, Some(WorkerEncoder::Png { .. })) {
+            return self.render_deferred(strategy, source, plan, slot);
+        }
         let cuda = RenderError::Cuda;
         let pixels = plan.pixels() as u64;
         let cap = plan.output_capacity();
@@ -858,6 +906,8 @@ impl CudaWorker {
                 let packed = png
                     .queue(rows, cap, cap, None)
                     .map_err(|e| RenderError::Internal(format!("GPU PNG encoder: {e}")))?;
+                self.shared.png_calls.fetch_add(1, Ordering::Relaxed);
+                self.shared.png_frames.fetch_add(1, Ordering::Relaxed);
                 self.ev[3].record(&self.stream).map_err(cuda)?;
                 let zlib_len = if slot_dev != 0 {
                     // Mapped slot: one kernel copies exactly the stream, wide stores.
@@ -957,6 +1007,218 @@ impl CudaWorker {
             None => return Err(RenderError::Internal("no GPU encoder".into())),
         }
         Ok(outcome)
+    }
+
+    /// [`render_encoded`](Self::render_encoded) for a frame of a batch: renders and filters
+    /// its rows into device memory of their own and leaves them for
+    /// [`compress_batch`](Self::compress_batch); nothing is waited for. The outcome's timings
+    /// and encoded bytes are filled in there.
+    fn render_deferred(
+        &mut self,
+        strategy: Strategy,
+        source: Source,
+        plan: &FramePlan,
+        slot: &mut Slot,
+    ) -> Result<RenderOutcome, RenderError> {
+        let cuda = RenderError::Cuda;
+        let Some(WorkerEncoder::Png { filter, .. }) = &self.encoder else {
+            return Err(RenderError::Internal("no GPU PNG encoder".into()));
+        };
+        let filter = *filter;
+        let index = self.batch.as_ref().map_or(0, Vec::len);
+        let (Some(ev), Some(_)) = (self.batch_ev.get(index), self.batch_rows.get(index)) else {
+            return Err(RenderError::Internal(format!(
+                "batch position {index} has no events"
+            )));
+        };
+        let cap = plan.output_capacity();
+        ev[0].record(&self.stream).map_err(cuda)?;
+        // The pixels and a staged input are this worker's buffers, reused frame after frame:
+        // the next frame's work on this stream only starts once this frame's kernels are done.
+        let staged = self
+            .stage_in(strategy, source, slot, plan.input_bytes(), 0)
+            .map_err(cuda)?;
+        let dev_pixels =
+            driver::ensure_buffer(&mut self.dev_pixels, &self.stream, plan.output_bytes())
+                .map_err(cuda)?;
+        self.batch_ev[index][1].record(&self.stream).map_err(cuda)?;
+        let io = Io {
+            input: staged.input,
+            output: dev_pixels,
+        };
+        let window = self.render_output(plan, plan.pixels() as u64, io)?;
+        let rows =
+            driver::ensure_buffer(&mut self.batch_rows[index], &self.stream, cap).map_err(cuda)?;
+        launch_filter(
+            &self.k.png_filter_rows,
+            &self.stream,
+            plan,
+            filter,
+            dev_pixels,
+            rows,
+        )
+        .map_err(cuda)?;
+        self.batch_ev[index][2].record(&self.stream).map_err(cuda)?;
+        if let Some(batch) = self.batch.as_mut() {
+            batch.push(Deferred {
+                frame: usize::MAX,
+                index,
+                rows,
+                cap,
+                decoded: false,
+            });
+        }
+        Ok(RenderOutcome {
+            window,
+            timings: RenderTimings::default(),
+            device: Some(self.shared.devices[self.device_slot].ordinal),
+            png_rows: false,
+            encoded: None,
+        })
+    }
+
+    /// Compresses the batch's deferred frames in one nvCOMP call, copies each packed stream
+    /// to its slot, waits, and returns per frame its timings and the zlib stream's length
+    /// (`None`: the GPU could not encode it and its filtered rows are in the slot instead).
+    /// The compression and the copies are timed once for the batch and shared equally by its
+    /// frames.
+    fn compress_batch(
+        &mut self,
+        pending: &[Deferred],
+        frames: &mut [BatchFrame<'_>],
+    ) -> Result<Vec<(RenderTimings, Option<usize>)>, RenderError> {
+        let cuda = RenderError::Cuda;
+        let Some(WorkerEncoder::Png { png, .. }) = self.encoder.as_mut() else {
+            return Err(RenderError::Internal("no GPU PNG encoder".into()));
+        };
+        let inputs: Vec<PngInput> = pending
+            .iter()
+            .map(|d| PngInput {
+                rows: d.rows,
+                len: d.cap,
+                cap: d.cap,
+            })
+            .collect();
+        self.batch_marks[0].record(&self.stream).map_err(cuda)?;
+        let packed = png
+            .queue_batch(&inputs, None)
+            .map_err(|e| RenderError::Internal(format!("GPU PNG encoder: {e}")))?;
+        self.batch_marks[1].record(&self.stream).map_err(cuda)?;
+        self.shared.png_calls.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .png_frames
+            .fetch_add(inputs.len() as u64, Ordering::Relaxed);
+        // Mapped slots get exactly the stream; heap slots (pageable) the length word first.
+        let mut heap = Vec::new();
+        for (d, &src) in pending.iter().zip(&packed) {
+            let frame = frames
+                .get_mut(d.frame)
+                .ok_or_else(|| RenderError::Internal("deferred frame out of range".into()))?;
+            let dst = frame.slot.output.device_ptr();
+            if dst != 0 {
+                png.copy_packed_from(src, dst, d.cap).map_err(cuda)?;
+            } else {
+                let out = frame.slot.output.bytes_mut(d.cap).as_mut_ptr();
+                // SAFETY: the slot holds cap >= 8 bytes; the stream is synchronized below,
+                // before the slot is read or leaves this worker.
+                unsafe { driver::copy_dtoh_async(out, src, PACKED_HEADER, &self.stream) }
+                    .map_err(cuda)?;
+                heap.push((d.frame, src));
+            }
+        }
+        self.batch_marks[2].record(&self.stream).map_err(cuda)?;
+        // Sleep on an event rather than spin: a batch takes milliseconds.
+        self.ev_done.record(&self.stream).map_err(cuda)?;
+        self.ev_done.synchronize().map_err(cuda)?;
+        if !heap.is_empty() {
+            for &(frame, src) in &heap {
+                let slot = &mut frames[frame].slot;
+                if let Some(len) = packed_len(slot.output.bytes(PACKED_HEADER)) {
+                    let out = slot.output.bytes_mut(PACKED_HEADER + len).as_mut_ptr();
+                    // SAFETY: 8 + len <= cap (the packing checked it), which the slot holds;
+                    // synchronized below.
+                    unsafe {
+                        driver::copy_dtoh_async(
+                            out.add(PACKED_HEADER),
+                            src + PACKED_HEADER as u64,
+                            len,
+                            &self.stream,
+                        )
+                    }
+                    .map_err(cuda)?;
+                }
+            }
+            self.stream.synchronize().map_err(cuda)?;
+        }
+        let share = |a: &Event, b: &Event| -> Result<Duration, CudaError> {
+            let ms = Event::elapsed_ms(a, b)?.max(0.0) as f64;
+            Ok(Duration::from_secs_f64(
+                ms / 1e3 / pending.len().max(1) as f64,
+            ))
+        };
+        let encode = share(&self.batch_marks[0], &self.batch_marks[1]).map_err(cuda)?;
+        let transfer_out = share(&self.batch_marks[1], &self.batch_marks[2]).map_err(cuda)?;
+        let mut done = Vec::with_capacity(pending.len());
+        for d in pending {
+            let ev = &self.batch_ev[d.index];
+            let ms = |a: usize, b: usize| {
+                Event::elapsed_ms(&ev[a], &ev[b])
+                    .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
+            };
+            let timings = RenderTimings {
+                transfer_in: ms(0, 1).map_err(cuda)?,
+                decode: if d.decoded {
+                    ms(3, 4).map_err(cuda)?
+                } else {
+                    Duration::ZERO
+                },
+                compute: ms(1, 2).map_err(cuda)?,
+                encode,
+                transfer_out,
+            };
+            done.push((
+                timings,
+                packed_len(frames[d.frame].slot.output.bytes(PACKED_HEADER)),
+            ));
+        }
+        // Frames the GPU could not encode go to the writers as filtered rows.
+        for (d, (_, len)) in pending.iter().zip(&done) {
+            if len.is_none() {
+                self.note_fallback("PNG: nvCOMP failed or the stream did not fit the slot");
+                self.rows_to_slot(d.rows, d.cap, frames[d.frame].slot)
+                    .map_err(cuda)?;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Makes sure a batch of `frames` has events and a rows buffer entry per position.
+    fn ensure_batch_room(&mut self, frames: usize) -> Result<(), CudaError> {
+        let device = self.shared.devices[self.device_slot].clone();
+        while self.batch_ev.len() < frames {
+            self.batch_ev.push([
+                Event::new(&device)?,
+                Event::new(&device)?,
+                Event::new(&device)?,
+                Event::new(&device)?,
+                Event::new(&device)?,
+            ]);
+        }
+        if self.batch_rows.len() < frames {
+            self.batch_rows.resize_with(frames, || None);
+        }
+        Ok(())
+    }
+
+    /// The events around the current frame's GPU decode: while a batch is built, those of
+    /// the frame's position in it (the batch reads them once the work is done).
+    fn decode_marks(&self) -> (&Event, &Event) {
+        if let Some(index) = self.batch.as_ref().map(Vec::len) {
+            if let Some(ev) = self.batch_ev.get(index) {
+                return (&ev[3], &ev[4]);
+            }
+        }
+        (&self.ev_decode[0], &self.ev_decode[1])
     }
 
     /// Runs the plan's chain: pixels from `io.input` to `io.output`; the window applied.
@@ -1158,11 +1420,101 @@ impl RenderWorker for CudaWorker {
             }
         }
         self.publish();
-        result.map_err(|e| RenderError::OnGpu {
+        result.map_err(|e| self.on_gpu(e))
+    }
+
+    fn batch_size(&self) -> usize {
+        match self.encoder {
+            Some(WorkerEncoder::Png { .. }) => self.batch_max,
+            _ => 1,
+        }
+    }
+
+    /// With the GPU compressing PNG, renders and filters each frame on the stream without
+    /// waiting, then compresses them all in one nvCOMP call (whose cost is per call: 2–4 ms
+    /// for one slice or thirty-two) and waits once. Frames that do not go through the GPU PNG
+    /// encoder (overlays, values deeper than 16 bits) are rendered on their own as usual.
+    fn render_batch(
+        &mut self,
+        frames: &mut [BatchFrame<'_>],
+    ) -> Vec<Result<RenderOutcome, RenderError>> {
+        let one_by_one = |w: &mut Self, frames: &mut [BatchFrame<'_>]| {
+            frames
+                .iter_mut()
+                .map(|f| w.render(f.plan, f.slot))
+                .collect::<Vec<_>>()
+        };
+        if frames.len() < 2
+            || self.batch_size() < 2
+            || self.ensure_batch_room(frames.len()).is_err()
+        {
+            return one_by_one(self, frames);
+        }
+        self.batch = Some(Vec::with_capacity(frames.len()));
+        let mut results = Vec::with_capacity(frames.len());
+        for (i, f) in frames.iter_mut().enumerate() {
+            let before = self.batch.as_ref().map_or(0, Vec::len);
+            let result = self.render(f.plan, f.slot);
+            if let Some(batch) = self.batch.as_mut() {
+                if batch.len() > before {
+                    if result.is_err() {
+                        batch.pop();
+                    } else if let Some(d) = batch.last_mut() {
+                        d.frame = i;
+                    }
+                }
+            }
+            results.push(result);
+        }
+        let pending = self.batch.take().unwrap_or_default();
+        if pending.is_empty() {
+            return results;
+        }
+        match self.compress_batch(&pending, frames) {
+            Ok(done) => {
+                for (d, (timings, len)) in pending.iter().zip(done) {
+                    if let Some(Ok(outcome)) = results.get_mut(d.frame) {
+                        outcome.timings = timings;
+                        match len {
+                            Some(len) => {
+                                outcome.encoded = Some(Encoded::PngZlib {
+                                    offset: PACKED_HEADER,
+                                    len,
+                                })
+                            }
+                            None => outcome.png_rows = true,
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let why = e.to_string();
+                let is_oom = e.is_out_of_memory();
+                if is_oom {
+                    self.release_caches();
+                }
+                for d in &pending {
+                    if let Some(slot) = results.get_mut(d.frame) {
+                        *slot = Err(self.on_gpu(RenderError::Internal(format!(
+                            "compressing a batch of {} PNG frames: {why}",
+                            pending.len()
+                        ))));
+                    }
+                }
+            }
+        }
+        results
+    }
+}
+
+impl CudaWorker {
+    /// `e`, said to have happened on this worker's GPU.
+    fn on_gpu(&self, e: RenderError) -> RenderError {
+        RenderError::OnGpu {
             worker: self.index,
             gpu: self.shared.devices[self.device_slot].ordinal,
             source: Box::new(e),
-        })
+        }
     }
 }
 
@@ -1213,11 +1565,24 @@ impl CudaWorker {
         let shared = self.shared.clone();
         let strategy =
             shared.strategy(|candidates| self.calibrate(candidates, source, plan, slot))?;
+        let before = self.batch.as_ref().map_or(0, Vec::len);
         let mut outcome = self.render_with(strategy, source, plan, slot)?;
         if let Source::Device(_) = source {
-            // The stream was synchronized at the end of render_with: both events are complete.
-            decode_time = Event::elapsed_ms(&self.ev_decode[0], &self.ev_decode[1])
-                .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))?;
+            match self.batch.as_mut() {
+                // Deferred to the batch's end: its decode is timed there.
+                Some(batch) if batch.len() > before => {
+                    if let Some(d) = batch.last_mut() {
+                        d.decoded = true;
+                    }
+                }
+                _ => {
+                    // The stream was synchronized at the end of render_with: both events are
+                    // complete.
+                    let (a, b) = self.decode_marks();
+                    decode_time = Event::elapsed_ms(a, b)
+                        .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))?;
+                }
+            }
             self.shared.gpu_decoded.fetch_add(1, Ordering::Relaxed);
         }
         outcome.timings.decode = decode_time;
@@ -1236,20 +1601,26 @@ impl CudaWorker {
         let bytes = encoded.coding.decoded_bytes();
         let dst = driver::ensure_buffer(&mut self.dev_decoded, &self.stream, bytes)
             .map_err(|e| e.to_string())?;
-        let decoder = self.decoder.get_or_insert_with(|| {
-            FrameDecoder::new(
+        if self.decoder.is_none() {
+            self.decoder = Some(FrameDecoder::new(
                 self.shared.codecs.clone(),
                 self.device_slot,
                 self.stream.clone(),
-            )
-        });
-        self.ev_decode[0]
+            ));
+        }
+        self.decode_marks()
+            .0
             .record(&self.stream)
             .map_err(|e| e.to_string())?;
+        let decoder = self
+            .decoder
+            .as_mut()
+            .ok_or_else(|| "no GPU decoder".to_string())?;
         let layout = decoder
             .decode(encoded, slot.input.bytes(encoded.len), dst)
             .map_err(|e| e.to_string())?;
-        self.ev_decode[1]
+        self.decode_marks()
+            .1
             .record(&self.stream)
             .map_err(|e| e.to_string())?;
         Ok((dst, layout))
@@ -1265,6 +1636,8 @@ impl CudaWorker {
         plan: &FramePlan,
         slot: &mut Slot,
     ) -> Vec<(Strategy, f64)> {
+        // Each measurement must wait for its own frame: no batch while measuring.
+        let batch = self.batch.take();
         let mut table = Vec::new();
         for &s in candidates {
             let mut best = f64::INFINITY;
@@ -1278,6 +1651,7 @@ impl CudaWorker {
             }
             table.push((s, best));
         }
+        self.batch = batch;
         table
     }
 }
