@@ -89,12 +89,13 @@ if want transfer && [ -n "$base" ]; then
 fi
 
 if want host2000 && [ -n "$base" ]; then
-  for b in base new; do
+  for b in ${HOST_ORDER:-base new}; do
     exe=$([ $b = base ] && echo "$base" || echo "$bin")
     timeout 240 python3 "$here/scripts/bench_host.py" "$exe" /nonexistent "$out/host-$b" \
       --slices 1000 --sizes 2000 --only dicomflow --repeat 2 --work /dev/shm/dv-host \
       > "$out/host2000-$b.txt" 2>&1
     say "   bench_host 2000 $b:"; grep -E "^2000x2000|^#" "$out/host2000-$b.txt" | tee -a "$summary"
+    rm -rf "$out/host-$b"
   done
   rm -rf /dev/shm/dv-host
 fi
@@ -121,7 +122,7 @@ if want encode; then
     size=${spec%%:*}; n=${spec#*:}
     rm -rf $w && "$bin" -q synth $w/in --size "$size" --slices "$n"
     # ENCODE_CONFIGS: "label:flags;label:flags;..." to run other rows.
-    IFS=';' read -r -a cfgs <<< "${ENCODE_CONFIGS:-cpu-png:--backend cpu;cuda-cpu-png:--backend cuda --gpu-encode cpu;gpu-png:--backend cuda --gpu-encode gpu --streams 8;gpu-png-unbatched:--backend cuda --gpu-encode gpu --streams 8 --encode-batch 1;cpu-jpeg:--backend cpu --format jpeg;gpu-jpeg:--backend cuda --format jpeg --gpu-encode gpu}"
+    IFS=';' read -r -a cfgs <<< "${ENCODE_CONFIGS:-cpu-png:--backend cpu;cuda-cpu-png:--backend cuda --gpu-encode cpu;gpu-png:--backend cuda --gpu-encode gpu --streams 4;gpu-png-8-streams:--backend cuda --gpu-encode gpu --streams 8;gpu-png-unbatched:--backend cuda --gpu-encode gpu --streams 8 --encode-batch 1;cpu-jpeg:--backend cpu --format jpeg;gpu-jpeg:--backend cuda --format jpeg --gpu-encode gpu}"
     for cfg in "${cfgs[@]}"; do
       label=${cfg%%:*}; args=${cfg#*:}
       rm -f $w/r.json; t0=$(date +%s.%N)

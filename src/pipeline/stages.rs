@@ -877,8 +877,9 @@ pub(crate) fn render_stage(
     events: Sender<Event>,
 ) {
     let clock = StageClock::new(&ctx.stats, ctx.tracer.clone(), &RENDERING);
-    let batch = worker.batch_size().max(1);
     while let Ok(first) = rx.recv() {
+        // Asked each time: a worker may batch some frames and not others.
+        let batch = worker.batch_size().max(1);
         let mut jobs = Vec::with_capacity(batch);
         jobs.push(first);
         while jobs.len() < batch {

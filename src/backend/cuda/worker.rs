@@ -165,6 +165,12 @@ pub struct CudaWorker {
     fallback_scratch: Vec<u8>,
     /// Slices per nvCOMP call when the GPU compresses PNG (`gpu.encode_batch`).
     batch_max: usize,
+    /// Whether the last frame was decoded on the GPU: such frames are not batched, since a
+    /// batch would run their decodes (10–20 ms each for JPEG 2000 512²) one after another on
+    /// this worker's stream while other workers wait for frames, and the per-call cost that
+    /// batching spreads is small beside them (H200, JPEG 2000 512² to GPU PNG on 32 streams:
+    /// 602 pipeline slices/s batched, 603 not).
+    decoding: bool,
     /// While [`render_batch`](RenderWorker::render_batch) runs: the frames whose PNG
     /// compression waits for the end of the batch.
     batch: Option<Vec<Deferred>>,
@@ -324,6 +330,7 @@ impl CudaWorker {
             cpu: CpuRenderer::default(),
             last_publish: Instant::now(),
             batch_max,
+            decoding: false,
             batch: None,
             batch_rows: Vec::new(),
             batch_ev: Vec::new(),
@@ -1425,7 +1432,7 @@ impl RenderWorker for CudaWorker {
 
     fn batch_size(&self) -> usize {
         match self.encoder {
-            Some(WorkerEncoder::Png { .. }) => self.batch_max,
+            Some(WorkerEncoder::Png { .. }) if !self.decoding => self.batch_max,
             _ => 1,
         }
     }
@@ -1562,6 +1569,7 @@ impl CudaWorker {
             }
         }
         let plan: &FramePlan = plan;
+        self.decoding = matches!(source, Source::Device(_));
         let shared = self.shared.clone();
         let strategy =
             shared.strategy(|candidates| self.calibrate(candidates, source, plan, slot))?;
