@@ -70,6 +70,9 @@ pub struct OutputWish {
     /// The encoder a GPU could run for this output instead (when `gpu.encode` allows it), or
     /// why there is none.
     pub gpu_encode: Result<cuda::encode::GpuEncodeWish, String>,
+    /// Output pixels of the job's first frame, when known: `gpu.encode = "auto"` compresses PNG
+    /// on the GPU only for frames large enough for that to pay.
+    pub first_frame_pixels: Option<u64>,
 }
 
 impl Default for OutputWish {
@@ -77,6 +80,7 @@ impl Default for OutputWish {
         OutputWish {
             png_filter: None,
             gpu_encode: Err("no output format given".into()),
+            first_frame_pixels: None,
         }
     }
 }

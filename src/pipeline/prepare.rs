@@ -8,8 +8,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::cuda::encode::GpuEncodeWish;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::options::{BackendChoice, BackendOptions, GpuDecode};
+use crate::backend::options::{BackendChoice, BackendOptions, GpuDecode, GpuEncodeChoice};
 use crate::backend::{Backend, OutputWish};
 use crate::decode::compressed::GpuCodec;
 use crate::error::FatalError;
@@ -39,7 +40,13 @@ pub fn select_backend_for(
     sources: &Sources,
 ) -> Result<Arc<dyn Backend>, FatalError> {
     let inputs = &sources.roots()[..];
-    let wish = output_wish(&job.output);
+    let mut wish = output_wish(&job.output);
+    if options.choice != BackendChoice::Cpu
+        && options.gpu.encode == GpuEncodeChoice::Auto
+        && matches!(wish.gpu_encode, Ok(GpuEncodeWish::Png { .. }))
+    {
+        wish.first_frame_pixels = first_frame_pixels(job, inputs);
+    }
     let tuned = with_decode_streams(options, job, inputs);
     let options = tuned.as_ref().unwrap_or(options);
     if options.choice != BackendChoice::Cpu {
@@ -110,6 +117,7 @@ pub fn output_wish(output: &OutputOptions) -> OutputWish {
     OutputWish {
         png_filter: crate::output::encode::png_filter_mode(&encode),
         gpu_encode,
+        first_frame_pixels: None,
     }
 }
 
@@ -163,6 +171,14 @@ pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Op
         input: round_up(info.frame_bytes() as usize),
         output: round_up(output as usize),
     })
+}
+
+/// Output pixels of the first frame of the first DICOM file under `inputs` (after the
+/// operators, e.g. a resize), `None` when there is none or it cannot be read.
+fn first_frame_pixels(job: &Job, inputs: &[PathBuf]) -> Option<u64> {
+    let info = first_file_info(job, inputs)?;
+    let plan = crate::render::plan_frame(&info, 0, &job.render).ok()?;
+    Some(u64::from(plan.out_cols()) * u64::from(plan.out_rows()))
 }
 
 /// The header of the first DICOM file found under `inputs`; `None` when there is none or it
@@ -308,6 +324,15 @@ mod tests {
         let hint = first_file_slot_hint(&resized, std::slice::from_ref(&dir), 3).unwrap();
         assert_eq!(hint.input, round_up(96 * 96 * 3));
         assert_eq!(hint.output, round_up(300 * 200 * 3 + 200));
+        // What `gpu.encode = auto` weighs for PNG: the output's pixels (after the operators).
+        assert_eq!(
+            first_frame_pixels(&job, std::slice::from_ref(&dir)),
+            Some(96 * 96)
+        );
+        assert_eq!(
+            first_frame_pixels(&resized, std::slice::from_ref(&dir)),
+            Some(300 * 200)
+        );
 
         std::fs::remove_dir_all(dir.join("series")).unwrap();
         assert_eq!(

@@ -1520,6 +1520,70 @@ fn gpu_png_batches_compress_several_frames_per_call_to_the_cpu_pixels() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// `gpu.encode = auto` compresses PNG on the GPU for 2000² frames (where nvCOMP in batches beat
+/// the writers on the H200) and leaves 512² frames to the CPU encoders, saying why; the large
+/// frames' PNGs decode to the CPU backend's pixels.
+#[test]
+fn gpu_auto_encodes_png_on_the_gpu_for_large_frames_only() {
+    let test = "gpu_auto_encodes_png_on_the_gpu_for_large_frames_only";
+    if gpu_or_skip(test).is_none() || !gpu_encoder_or_skip(test, "libnvcomp.so.6") {
+        return;
+    }
+    let root = tempdir("gpu-auto-png");
+    let large = root.join("large");
+    common::synth(&large, &["--size", "2000", "--slices", "6"]);
+    for (input, gpu_expected) in [(large.clone(), true), (repo_path("assets/sample"), false)] {
+        let name = if gpu_expected { "large" } else { "small" };
+        let report = root.join(format!("{name}.json"));
+        let out = root.join(format!("{name}-out"));
+        dicomflow_ok(&[
+            "run",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-q",
+            "--no-tui",
+            "--backend",
+            "cuda",
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let backend = &r["result"]["backend"];
+        let encoder = backend["encoder"].as_str().unwrap();
+        if gpu_expected {
+            assert!(encoder.starts_with("gpu: nvCOMP"), "{name}: {backend}");
+            let cpu = root.join("large-cpu");
+            dicomflow_ok(&[
+                "run",
+                input.to_str().unwrap(),
+                "-o",
+                cpu.to_str().unwrap(),
+                "-q",
+                "--no-tui",
+                "--backend",
+                "cpu",
+            ]);
+            let (got, expected) = (files(&out, "png"), files(&cpu, "png"));
+            assert_eq!(got.len(), 6);
+            for ((p, g), (_, c)) in got.iter().zip(&expected) {
+                let what = format!("auto 2000² {}", p.display());
+                assert_eq!(
+                    decode_png_both(g, &what),
+                    decode_png_both(c, &what),
+                    "{what}"
+                );
+            }
+        } else {
+            assert_eq!(encoder, "cpu", "{name}: {backend}");
+            let why = backend["encoder_reason"].as_str().unwrap_or_default();
+            assert!(why.contains("2000 x 2000"), "{name}: {backend}");
+        }
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// Opens every file with Pillow where python3 and Pillow are installed (says so otherwise).
 fn pillow_check(dir: &Path, got: &[(PathBuf, Vec<u8>)]) {
     let script = "import sys\nfrom PIL import Image\nfor p in sys.argv[1:]:\n    im = Image.open(p); im.load()\nprint(len(sys.argv) - 1)";

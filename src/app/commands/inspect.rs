@@ -38,20 +38,23 @@ pub fn encoder_line(
         Ok(w) => w,
         Err(why) => return format!("CPU ({why})"),
     };
-    if choice == GpuEncodeChoice::Auto
+    // Under auto, PNG goes to the GPU only for large frames.
+    let when = if choice == GpuEncodeChoice::Auto
         && matches!(
             want,
             dicomflow::backend::cuda::encode::GpuEncodeWish::Png { .. }
-        )
-    {
-        return format!("CPU ({})", dicomflow::backend::cuda::AUTO_PNG_ON_CPU);
-    }
+        ) {
+        let side = (dicomflow::backend::cuda::AUTO_GPU_PNG_MIN_PIXELS as f64).sqrt();
+        format!("for frames of {side:.0} x {side:.0} pixels or more ")
+    } else {
+        String::new()
+    };
     if let Err(why) = dicomflow::backend::cuda::driver::libraries() {
         return format!("CPU (no CUDA backend here: {why})");
     }
     match dicomflow::backend::cuda::libs::open(&[want.library()], library_path) {
         Ok(found) => format!(
-            "GPU when the CUDA backend renders ({} from {}); CPU otherwise",
+            "GPU {when}when the CUDA backend renders ({} from {}); CPU otherwise",
             want.library(),
             found.path.display()
         ),

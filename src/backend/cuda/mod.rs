@@ -117,14 +117,20 @@ pub(crate) enum GpuEncoder {
     },
 }
 
-/// Why `gpu.encode = "auto"` leaves PNG to the CPU encoders: nvCOMP's per-slice compression was
-/// measured slower than them end to end (H200 host, device run 7: 1000 x 2000² at 361 slices/s
-/// with 2 streams and 699 with 8, against 849 for CUDA with the CPU encoding and 1076 for the
-/// CPU backend; 512² at 802 / 2257 against 6759 / 12057), the render workers waiting on
-/// nvCOMP (GPU encode 92–97 % busy, 2.2–4 ms per slice). JPEG (nvJPEG, 0.1–0.2 ms per slice)
-/// wins and stays on the GPU.
-pub const AUTO_PNG_ON_CPU: &str = "gpu.encode = auto: PNG stays on the CPU encoders, which beat \
-    nvCOMP's per-slice compression end to end (BENCHMARKS.md); gpu.encode = gpu uses nvCOMP";
+/// The smallest frame (output pixels) whose PNG `gpu.encode = "auto"` compresses on the GPU.
+/// nvCOMP costs milliseconds per call, and batching (`gpu.encode_batch`) spreads that over many
+/// slices, but on small slices the CUDA backend with the writers compressing stays ahead
+/// (H200 host, pipeline slices/s, GPU PNG against CUDA + CPU PNG in the same call: 512² 8500–
+/// 14700 against 17200–24000; 1024² 4360–4850 against 6490–6820; 1448² 3230–3830 against
+/// 3470–3670, a tie; 2000² 2250–2400 against 1800–1920, the GPU 1.25× ahead).
+pub const AUTO_GPU_PNG_MIN_PIXELS: u64 = 2000 * 2000;
+
+/// Why `gpu.encode = "auto"` leaves PNG to the CPU encoders (frames under
+/// [`AUTO_GPU_PNG_MIN_PIXELS`]). JPEG (nvJPEG, 0.1–0.2 ms per slice) wins at every size and
+/// stays on the GPU.
+pub const AUTO_PNG_ON_CPU: &str = "gpu.encode = auto: PNG of frames under 2000 x 2000 pixels \
+    stays on the CPU encoders, which beat nvCOMP end to end there (BENCHMARKS.md); \
+    gpu.encode = gpu uses nvCOMP";
 
 /// Loads the library of the encoder `wish` names (when `gpu.encode` allows it) for `devices`:
 /// the encoder, and what the run should say about it. With `gpu.encode = "gpu"` a library that
@@ -148,7 +154,9 @@ fn load_encoder(
     };
     if gpu.encode == GpuEncodeChoice::Auto {
         if let encode::GpuEncodeWish::Png { .. } = want {
-            return cpu(AUTO_PNG_ON_CPU.into());
+            if wish.first_frame_pixels.unwrap_or(0) < AUTO_GPU_PNG_MIN_PIXELS {
+                return cpu(AUTO_PNG_ON_CPU.into());
+            }
         }
     }
     let mode = match gpu.encode {
@@ -707,6 +715,7 @@ mod tests {
                 filter: 5,
                 effort: PngEffort::Fast,
             }),
+            first_frame_pixels: Some(512 * 512),
         };
         let gpu = |encode| GpuOptions {
             encode,
@@ -730,11 +739,32 @@ mod tests {
             err.contains("gpu.encode = gpu, but no GPU encoder"),
             "{err}"
         );
-        // PNG under auto: the CPU encoders, measured faster, whether nvCOMP loads or not.
+        // PNG of small frames under auto: the CPU encoders, measured faster, whether nvCOMP
+        // loads or not; so too when the frame size is not known.
         let (enc, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &png, &[]).unwrap();
         assert!(enc.is_none());
         assert_eq!(line, "cpu");
         assert_eq!(why, super::AUTO_PNG_ON_CPU);
+        let unknown = OutputWish {
+            first_frame_pixels: None,
+            ..png.clone()
+        };
+        let (enc, (_, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &unknown, &[]).unwrap();
+        assert!(enc.is_none());
+        assert_eq!(why, super::AUTO_PNG_ON_CPU);
+        // Large frames under auto: nvCOMP when it loads; where it does not (CI), the CPU,
+        // saying which library is missing.
+        let large = OutputWish {
+            first_frame_pixels: Some(super::AUTO_GPU_PNG_MIN_PIXELS),
+            ..png.clone()
+        };
+        if super::nvcomp::Nvcomp::load(Some(&dir)).is_err() {
+            let (enc, (line, why)) =
+                load_encoder(&gpu(GpuEncodeChoice::Auto), &large, &[]).unwrap();
+            assert!(enc.is_none());
+            assert_eq!(line, "cpu");
+            assert!(why.contains("libnvcomp.so.6 not found"), "{why}");
+        }
         // Where libnvcomp is missing (CI), gpu refuses, naming the library.
         if super::nvcomp::Nvcomp::load(Some(&dir)).is_err() {
             let err = load_encoder(&gpu(GpuEncodeChoice::Gpu), &png, &[])
