@@ -13,7 +13,8 @@ use crate::backend::cpu::{CpuBackend, CpuRenderer};
 use crate::backend::cuda::CudaBackend;
 use crate::backend::options::{GpuOptions, Transfer};
 use crate::backend::{
-    Backend, BackendError, BackendInfo, OutputWish, RenderError, RenderOutcome, RenderWorker,
+    Backend, BackendError, BackendInfo, BatchFrame, OutputWish, RenderError, RenderOutcome,
+    RenderWorker,
 };
 use crate::memory::{AllocError, HeapAllocator, HostAllocator, HostBuffer, Slot};
 use crate::observe::stats::Stats;
@@ -28,6 +29,9 @@ pub struct WarmStart {
     allocator: Arc<SwitchAllocator>,
     stats: Arc<OnceLock<Arc<Stats>>>,
     workers: usize,
+    /// What the CUDA backend's workers will take per call (the ring is sized before CUDA is
+    /// ready).
+    frames_per_call: usize,
     cpu_frames: Arc<AtomicU64>,
 }
 
@@ -74,6 +78,7 @@ impl WarmStart {
             init: Mutex::new(init),
             stats,
             workers,
+            frames_per_call: super::cuda::frames_per_call_for(gpu, wish),
             cpu_frames: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -131,6 +136,10 @@ impl Backend for WarmStart {
 
     fn default_workers(&self) -> usize {
         self.workers
+    }
+
+    fn frames_per_call(&self) -> usize {
+        self.frames_per_call
     }
 
     fn attach_stats(&self, stats: Arc<Stats>) {
@@ -235,13 +244,36 @@ impl RenderWorker for WarmWorker {
         }
         // A slot allocated before CUDA was ready is ordinary heap memory: the GPU cannot map
         // it, so the CPU renders that frame (the slot becomes pinned at its next reserve).
-        let mapped = slot.input.device_ptr() != 0 && slot.output.device_ptr() != 0;
         match &mut self.gpu {
-            Some(g) if mapped || self.pageable => g.render(plan, slot),
+            Some(g) if self.pageable || mapped(slot) => g.render(plan, slot),
             _ => {
                 self.cpu_frames.fetch_add(1, Ordering::Relaxed);
                 self.cpu.render(plan, slot)
             }
         }
     }
+
+    fn batch_size(&self) -> usize {
+        self.gpu.as_ref().map_or(1, |g| g.batch_size())
+    }
+
+    /// The GPU worker's batch when every slot can go to the GPU; frame by frame otherwise.
+    fn render_batch(
+        &mut self,
+        frames: &mut [BatchFrame<'_>],
+    ) -> Vec<Result<RenderOutcome, RenderError>> {
+        let pageable = self.pageable;
+        match &mut self.gpu {
+            Some(g) if pageable || frames.iter().all(|f| mapped(f.slot)) => g.render_batch(frames),
+            _ => frames
+                .iter_mut()
+                .map(|f| self.render(f.plan, f.slot))
+                .collect(),
+        }
+    }
+}
+
+/// Whether both halves of the slot are mapped for the GPU.
+fn mapped(slot: &Slot) -> bool {
+    slot.input.device_ptr() != 0 && slot.output.device_ptr() != 0
 }

@@ -132,6 +132,24 @@ pub const AUTO_PNG_ON_CPU: &str = "gpu.encode = auto: PNG of frames under 2000 x
     stays on the CPU encoders, which beat nvCOMP end to end there (BENCHMARKS.md); \
     gpu.encode = gpu uses nvCOMP";
 
+/// The frames per render call a CUDA backend made with `gpu` for `wish` will take
+/// ([`Backend::frames_per_call`]), decided without loading a library: `gpu.encode_batch` when
+/// its workers would compress PNG on the GPU (if nvCOMP then does not load, the ring is merely
+/// larger than needed).
+pub fn frames_per_call_for(gpu: &GpuOptions, wish: &OutputWish) -> usize {
+    let png = matches!(wish.gpu_encode, Ok(encode::GpuEncodeWish::Png { .. }));
+    let on_gpu = match gpu.encode {
+        GpuEncodeChoice::Gpu => true,
+        GpuEncodeChoice::Auto => wish.first_frame_pixels.unwrap_or(0) >= AUTO_GPU_PNG_MIN_PIXELS,
+        GpuEncodeChoice::Cpu => false,
+    };
+    if png && on_gpu {
+        gpu.encode_batch.max(1)
+    } else {
+        1
+    }
+}
+
 /// Loads the library of the encoder `wish` names (when `gpu.encode` allows it) for `devices`:
 /// the encoder, and what the run should say about it. With `gpu.encode = "gpu"` a library that
 /// does not load is an error; with `auto` the writers encode and the reason says why, and PNG
@@ -752,12 +770,34 @@ mod tests {
         let (enc, (_, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &unknown, &[]).unwrap();
         assert!(enc.is_none());
         assert_eq!(why, super::AUTO_PNG_ON_CPU);
+        // The ring is sized for batches exactly where the GPU would compress PNG.
+        let batch = GpuOptions::default().encode_batch;
+        assert_eq!(
+            super::frames_per_call_for(&gpu(GpuEncodeChoice::Auto), &png),
+            1
+        );
+        assert_eq!(
+            super::frames_per_call_for(&gpu(GpuEncodeChoice::Gpu), &png),
+            batch
+        );
+        assert_eq!(
+            super::frames_per_call_for(&gpu(GpuEncodeChoice::Gpu), &tiff),
+            1
+        );
+        assert_eq!(
+            super::frames_per_call_for(&gpu(GpuEncodeChoice::Cpu), &png),
+            1
+        );
         // Large frames under auto: nvCOMP when it loads; where it does not (CI), the CPU,
         // saying which library is missing.
         let large = OutputWish {
             first_frame_pixels: Some(super::AUTO_GPU_PNG_MIN_PIXELS),
             ..png.clone()
         };
+        assert_eq!(
+            super::frames_per_call_for(&gpu(GpuEncodeChoice::Auto), &large),
+            batch
+        );
         if super::nvcomp::Nvcomp::load(Some(&dir)).is_err() {
             let (enc, (line, why)) =
                 load_encoder(&gpu(GpuEncodeChoice::Auto), &large, &[]).unwrap();
