@@ -1385,8 +1385,13 @@ impl CudaWorker {
     }
 }
 
-impl RenderWorker for CudaWorker {
-    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
+impl CudaWorker {
+    /// [`RenderWorker::render`], also for a frame of a batch (which may be deferred).
+    fn render_one(
+        &mut self,
+        plan: &FramePlan,
+        slot: &mut Slot,
+    ) -> Result<RenderOutcome, RenderError> {
         // Stored values deeper than 16 bits have no table: the CPU reference renders them
         // (decoding them first when they arrive compressed).
         let deep = match &plan.chain {
@@ -1429,6 +1434,15 @@ impl RenderWorker for CudaWorker {
         self.publish();
         result.map_err(|e| self.on_gpu(e))
     }
+}
+
+impl RenderWorker for CudaWorker {
+    fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
+        // A frame on its own is never deferred: a batch left behind (only a panic inside
+        // `render_batch` could leave one) must not swallow it.
+        self.batch = None;
+        self.render_one(plan, slot)
+    }
 
     fn batch_size(&self) -> usize {
         match self.encoder {
@@ -1461,7 +1475,7 @@ impl RenderWorker for CudaWorker {
         let mut results = Vec::with_capacity(frames.len());
         for (i, f) in frames.iter_mut().enumerate() {
             let before = self.batch.as_ref().map_or(0, Vec::len);
-            let result = self.render(f.plan, f.slot);
+            let result = self.render_one(f.plan, f.slot);
             if let Some(batch) = self.batch.as_mut() {
                 if batch.len() > before {
                     if result.is_err() {
