@@ -783,12 +783,30 @@ fn encoded_frame(
     }
 }
 
-/// Renders `jobs` with `worker`, in one call when there are several (a worker that batches
-/// asked for them: [`RenderWorker::batch_size`]), and records each frame's times. Frames that
-/// failed are reported and their slots go back to the ring; the others are returned in order.
-/// A batch's frames share its wall-clock interval, inside which each one's measured parts
-/// are laid end to end.
-fn render_jobs(
+/// Renders `job` with `worker` and records its times (the writers' path when they render, and
+/// a render worker's when one frame waits). On failure the frame is reported, its slot goes
+/// back to the ring, and `None` is returned.
+fn render_job(
+    ctx: &Context,
+    worker: &mut dyn RenderWorker,
+    mut job: InFlight,
+    clock: &StageClock,
+    events: &Sender<Event>,
+) -> Option<InFlight> {
+    let start = Instant::now();
+    let result = catch_unwind(AssertUnwindSafe(|| worker.render(&job.plan, &mut job.slot)));
+    let result = match result {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(panic_reason("rendering")),
+    };
+    rendered(ctx, job, result, (start, Instant::now()), clock, events)
+}
+
+/// Renders `jobs` (several: a worker that batches asked for them, [`RenderWorker::batch_size`])
+/// in one call and records each frame's times; returns the frames rendered, in order. A
+/// batch's frames share its wall-clock interval, inside which each one's measured parts are
+/// laid end to end.
+fn render_batch(
     ctx: &Context,
     worker: &mut dyn RenderWorker,
     mut jobs: Vec<InFlight>,
@@ -796,74 +814,83 @@ fn render_jobs(
     events: &Sender<Event>,
 ) -> Vec<InFlight> {
     let start = Instant::now();
-    let results = catch_unwind(AssertUnwindSafe(|| match jobs.as_mut_slice() {
-        [job] => vec![worker.render(&job.plan, &mut job.slot)],
-        many => {
-            let mut frames: Vec<BatchFrame<'_>> = many
-                .iter_mut()
-                .map(|j| BatchFrame {
-                    plan: &j.plan,
-                    slot: &mut j.slot,
-                })
-                .collect();
-            worker.render_batch(&mut frames)
-        }
+    let results = catch_unwind(AssertUnwindSafe(|| {
+        let mut frames: Vec<BatchFrame<'_>> = jobs
+            .iter_mut()
+            .map(|j| BatchFrame {
+                plan: &j.plan,
+                slot: &mut j.slot,
+            })
+            .collect();
+        worker.render_batch(&mut frames)
     }));
-    let end = Instant::now();
-    let mut results = match results {
-        Ok(r) => r
-            .into_iter()
-            .map(|r| r.map_err(|e| e.to_string()))
-            .collect(),
-        Err(_) => Vec::new(),
+    let interval = (start, Instant::now());
+    let (mut results, panicked) = match results {
+        Ok(r) => (r, false),
+        Err(_) => (Vec::new(), true),
     };
-    let panicked = results.is_empty();
-    let mut rendered = Vec::with_capacity(jobs.len());
-    for (i, mut job) in jobs.into_iter().enumerate() {
-        let result = match results.get_mut(i) {
-            Some(r) => std::mem::replace(r, Err(String::new())),
-            None if panicked => Err(panic_reason("rendering")),
-            None => Err("the render worker returned no outcome for this frame".to_string()),
-        };
-        match result {
-            Ok(outcome) => {
-                let t = outcome.timings;
-                // GPU parts as measured by CUDA events, laid end to end in the worker's
-                // wall-clock interval (the CPU backend has compute only).
-                let parts = Parts {
-                    leading: &[
-                        (StageId::TransferIn, t.transfer_in),
-                        (StageId::GpuDecode, t.decode),
-                    ],
-                    middle: (StageId::Compute, t.compute),
-                    trailing: &[
-                        (StageId::GpuEncode, t.encode),
-                        (StageId::TransferOut, t.transfer_out),
-                    ],
-                };
-                clock.record_parts(&job.label, start, end, parts);
-                job.window = outcome.window;
-                job.device = outcome.device;
-                job.png_rows = outcome.png_rows;
-                job.encoded = outcome.encoded;
-                rendered.push(job);
-            }
-            Err(reason) => {
-                let _ = send_failure(
-                    ctx,
-                    events,
-                    Event::FrameFailed {
-                        id: job.id,
-                        frame: job.frame,
-                        stage: Stage::Render,
-                        reason,
-                    },
-                );
-                ctx.pool.give_back(job.slot);
-            }
+    results.truncate(jobs.len());
+    let mut outcomes = results.into_iter().map(|r| r.map_err(|e| e.to_string()));
+    jobs.into_iter()
+        .filter_map(|job| {
+            let result = match outcomes.next() {
+                Some(r) => r,
+                None if panicked => Err(panic_reason("rendering")),
+                None => Err("the render worker returned no outcome for this frame".to_string()),
+            };
+            rendered(ctx, job, result, interval, clock, events)
+        })
+        .collect()
+}
+
+/// Takes a frame's render result: records its times and fills in the outcome, or reports the
+/// failure and gives its slot back (`None`).
+fn rendered(
+    ctx: &Context,
+    mut job: InFlight,
+    result: Result<crate::backend::RenderOutcome, String>,
+    (start, end): (Instant, Instant),
+    clock: &StageClock,
+    events: &Sender<Event>,
+) -> Option<InFlight> {
+    match result {
+        Ok(outcome) => {
+            let t = outcome.timings;
+            // GPU parts as measured by CUDA events, laid end to end in the worker's
+            // wall-clock interval (the CPU backend has compute only).
+            let parts = Parts {
+                leading: &[
+                    (StageId::TransferIn, t.transfer_in),
+                    (StageId::GpuDecode, t.decode),
+                ],
+                middle: (StageId::Compute, t.compute),
+                trailing: &[
+                    (StageId::GpuEncode, t.encode),
+                    (StageId::TransferOut, t.transfer_out),
+                ],
+            };
+            clock.record_parts(&job.label, start, end, parts);
+            job.window = outcome.window;
+            job.device = outcome.device;
+            job.png_rows = outcome.png_rows;
+            job.encoded = outcome.encoded;
+            Some(job)
+        }
+        Err(reason) => {
+            let _ = send_failure(
+                ctx,
+                events,
+                Event::FrameFailed {
+                    id: job.id,
+                    frame: job.frame,
+                    stage: Stage::Render,
+                    reason,
+                },
+            );
+            ctx.pool.give_back(job.slot);
+            None
         }
     }
-    rendered
 }
 
 /// A render worker thread: takes a frame, and with it as many as already wait in the queue up
@@ -889,7 +916,15 @@ pub(crate) fn render_stage(
         take_waiting(&rx, &mut jobs, batch, last);
         let full = jobs.len() == batch;
         let t0 = Instant::now();
-        for job in render_jobs(ctx, worker.as_mut(), jobs, &clock, &events) {
+        let done = if jobs.len() == 1 {
+            jobs.pop()
+                .and_then(|job| render_job(ctx, worker.as_mut(), job, &clock, &events))
+                .into_iter()
+                .collect()
+        } else {
+            render_batch(ctx, worker.as_mut(), jobs, &clock, &events)
+        };
+        for job in done {
             if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
                 ctx.pool.give_back(job.slot);
             }
@@ -966,8 +1001,7 @@ impl Writer {
     /// output atomically; reports the frame done or failed.
     fn finish(&mut self, ctx: &Context, clock: &StageClock, job: InFlight, events: &Sender<Event>) {
         let job = match self.renderer.as_mut() {
-            Some(worker) => match render_jobs(ctx, worker.as_mut(), vec![job], clock, events).pop()
-            {
+            Some(worker) => match render_job(ctx, worker.as_mut(), job, clock, events) {
                 Some(job) => job,
                 None => return,
             },
