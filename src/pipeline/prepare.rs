@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::encode::GpuEncodeWish;
@@ -40,14 +40,15 @@ pub fn select_backend_for(
     sources: &Sources,
 ) -> Result<Arc<dyn Backend>, FatalError> {
     let inputs = &sources.roots()[..];
+    let first = FirstFile::new(job, inputs);
     let mut wish = output_wish(&job.output);
     if options.choice != BackendChoice::Cpu
         && options.gpu.encode == GpuEncodeChoice::Auto
         && matches!(wish.gpu_encode, Ok(GpuEncodeWish::Png { .. }))
     {
-        wish.first_frame_pixels = first_frame_pixels(job, inputs);
+        wish.first_frame_pixels = first.frame_pixels();
     }
-    let tuned = with_decode_streams(options, job, inputs);
+    let tuned = with_decode_streams(options, &first);
     let options = tuned.as_ref().unwrap_or(options);
     if options.choice != BackendChoice::Cpu {
         // Before any CUDA context exists (the driver reads it then).
@@ -56,7 +57,7 @@ pub fn select_backend_for(
     match options.choice {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
         BackendChoice::Cuda => {
-            let hint = |workers: usize| first_file_slot_hint(job, inputs, workers);
+            let hint = |workers: usize| first.slot_hint(workers);
             CudaBackend::new_prepared(
                 &options.gpu,
                 &wish,
@@ -157,28 +158,57 @@ fn too_small_for_the_gpu(
 /// rounded down to a power of two (measured: about 130×; see [`too_small_for_the_gpu`]).
 const JPEG2000_CPU_COST_PER_BYTE: u64 = 128;
 
+/// The first DICOM file of a job, opened once, when first asked for, by whichever step needs
+/// it first (the JPEG 2000 stream count, `auto`'s PNG encoder choice, the slot hint sized
+/// while the driver starts).
+struct FirstFile<'a> {
+    job: &'a Job,
+    inputs: &'a [PathBuf],
+    info: OnceLock<Option<crate::decode::ImageInfo>>,
+}
+
+impl<'a> FirstFile<'a> {
+    fn new(job: &'a Job, inputs: &'a [PathBuf]) -> Self {
+        FirstFile {
+            job,
+            inputs,
+            info: OnceLock::new(),
+        }
+    }
+
+    fn info(&self) -> Option<&crate::decode::ImageInfo> {
+        self.info
+            .get_or_init(|| first_file_info(self.job, self.inputs))
+            .as_ref()
+    }
+
+    /// Slots for its frames, for a ring beside `workers` render workers.
+    fn slot_hint(&self, workers: usize) -> Option<SlotHint> {
+        let info = self.info()?;
+        // The output holds what the operators make of the frame (e.g. a resize), not the
+        // frame.
+        let output = crate::render::plan_frame(info, 0, &self.job.render)
+            .map(|p| p.output_capacity() as u64)
+            .unwrap_or(info.output_capacity());
+        Some(SlotHint {
+            count: slots_beside(&self.job.pipeline, workers),
+            input: round_up(info.frame_bytes() as usize),
+            output: round_up(output as usize),
+        })
+    }
+
+    /// Output pixels of its first frame (after the operators, e.g. a resize).
+    fn frame_pixels(&self) -> Option<u64> {
+        let plan = crate::render::plan_frame(self.info()?, 0, &self.job.render).ok()?;
+        Some(u64::from(plan.out_cols()) * u64::from(plan.out_rows()))
+    }
+}
+
 /// Opens the first DICOM file found under `inputs` and sizes slots for its frames, for a ring
 /// beside `workers` render workers; `None` when there is none or it cannot be read (the
 /// pipeline then reports it as usual).
 pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Option<SlotHint> {
-    let info = first_file_info(job, inputs)?;
-    // The output holds what the operators make of the frame (e.g. a resize), not the frame.
-    let output = crate::render::plan_frame(&info, 0, &job.render)
-        .map(|p| p.output_capacity() as u64)
-        .unwrap_or(info.output_capacity());
-    Some(SlotHint {
-        count: slots_beside(&job.pipeline, workers),
-        input: round_up(info.frame_bytes() as usize),
-        output: round_up(output as usize),
-    })
-}
-
-/// Output pixels of the first frame of the first DICOM file under `inputs` (after the
-/// operators, e.g. a resize), `None` when there is none or it cannot be read.
-fn first_frame_pixels(job: &Job, inputs: &[PathBuf]) -> Option<u64> {
-    let info = first_file_info(job, inputs)?;
-    let plan = crate::render::plan_frame(&info, 0, &job.render).ok()?;
-    Some(u64::from(plan.out_cols()) * u64::from(plan.out_rows()))
+    FirstFile::new(job, inputs).slot_hint(workers)
 }
 
 /// The header of the first DICOM file found under `inputs`; `None` when there is none or it
@@ -213,20 +243,16 @@ fn first_file_info(job: &Job, inputs: &[PathBuf]) -> Option<crate::decode::Image
 /// that the GPU will decode (nvJPEG2000 found, `gpu.decode` not "none"): one decode takes
 /// milliseconds on a few multiprocessors, so throughput comes from many at once, where the two
 /// streams that suit uncompressed slices would leave the GPU idle.
-fn with_decode_streams(
-    options: &BackendOptions,
-    job: &Job,
-    inputs: &[PathBuf],
-) -> Option<BackendOptions> {
+fn with_decode_streams(options: &BackendOptions, first: &FirstFile) -> Option<BackendOptions> {
     let gpu = &options.gpu;
     if options.choice == BackendChoice::Cpu
         || gpu.decode == GpuDecode::None
         || gpu.decode_streams <= gpu.streams
-        || inputs.is_empty()
+        || first.inputs.is_empty()
     {
         return None;
     }
-    let info = first_file_info(job, inputs)?;
+    let info = first.info()?;
     if GpuCodec::of(&info.transfer_syntax) != Some(GpuCodec::Jpeg2000) {
         return None;
     }
@@ -326,13 +352,25 @@ mod tests {
         assert_eq!(hint.output, round_up(300 * 200 * 3 + 200));
         // What `gpu.encode = auto` weighs for PNG: the output's pixels (after the operators).
         assert_eq!(
-            first_frame_pixels(&job, std::slice::from_ref(&dir)),
+            FirstFile::new(&job, std::slice::from_ref(&dir)).frame_pixels(),
             Some(96 * 96)
         );
         assert_eq!(
-            first_frame_pixels(&resized, std::slice::from_ref(&dir)),
+            FirstFile::new(&resized, std::slice::from_ref(&dir)).frame_pixels(),
             Some(300 * 200)
         );
+
+        // One open serves every step of a run: what was read stays when the file goes.
+        let first = FirstFile::new(&job, std::slice::from_ref(&dir));
+        assert!(first.info().is_some());
+        let kept = dir.with_extension("moved");
+        std::fs::rename(dir.join("series"), &kept).unwrap();
+        assert_eq!(first.frame_pixels(), Some(96 * 96));
+        assert_eq!(
+            first.slot_hint(3).map(|h| h.input),
+            Some(round_up(96 * 96 * 3))
+        );
+        std::fs::rename(&kept, dir.join("series")).unwrap();
 
         std::fs::remove_dir_all(dir.join("series")).unwrap();
         assert_eq!(
