@@ -140,7 +140,7 @@ pub fn frames_per_call_for(gpu: &GpuOptions, wish: &OutputWish) -> usize {
     let png = matches!(wish.gpu_encode, Ok(encode::GpuEncodeWish::Png { .. }));
     let on_gpu = match gpu.encode {
         GpuEncodeChoice::Gpu => true,
-        GpuEncodeChoice::Auto => wish.first_frame_pixels.unwrap_or(0) >= AUTO_GPU_PNG_MIN_PIXELS,
+        GpuEncodeChoice::Auto => auto_png_on_gpu(wish),
         GpuEncodeChoice::Cpu => false,
     };
     if png && on_gpu {
@@ -148,6 +148,12 @@ pub fn frames_per_call_for(gpu: &GpuOptions, wish: &OutputWish) -> usize {
     } else {
         1
     }
+}
+
+/// Whether `gpu.encode = "auto"` compresses this output's PNG on the GPU: frames of at least
+/// [`AUTO_GPU_PNG_MIN_PIXELS`] (an unknown size counts as small).
+fn auto_png_on_gpu(wish: &OutputWish) -> bool {
+    wish.first_frame_pixels.unwrap_or(0) >= AUTO_GPU_PNG_MIN_PIXELS
 }
 
 /// Loads the library of the encoder `wish` names (when `gpu.encode` allows it) for `devices`:
@@ -172,7 +178,7 @@ fn load_encoder(
     };
     if gpu.encode == GpuEncodeChoice::Auto {
         if let encode::GpuEncodeWish::Png { .. } = want {
-            if wish.first_frame_pixels.unwrap_or(0) < AUTO_GPU_PNG_MIN_PIXELS {
+            if !auto_png_on_gpu(wish) {
                 return cpu(AUTO_PNG_ON_CPU.into());
             }
         }
