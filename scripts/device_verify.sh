@@ -10,13 +10,14 @@
 #            libnvjpeg2k.so.0, libnvcomp.so.6, compressed to fit the transfer) and, for the
 #            before/after benchmarks, dicomflow-BASE.xz (an earlier build)
 #   OUT      where logs and tables go
-#   SECTIONS comma-separated, default all: tests, transfer, host2000, resize, shard, encode,
-#            j2k, listen, decode
+#   SECTIONS comma-separated, default all: tests, transfer, host2000, ab2000, resize, shard,
+#            encode, j2k, listen, decode
+# STAGE/tools/ (optional) goes first on PATH: tools the machine lacks, such as pngcheck.
 # Each section prints a short table and appends it to OUT/summary.txt.
 set -uo pipefail
 stage=$(readlink -f "$1")
 out=$(readlink -f "$2")
-sections=${3:-tests,transfer,host2000,resize,shard,encode,j2k,listen,decode}
+sections=${3:-tests,transfer,host2000,ab2000,resize,shard,encode,j2k,listen,decode}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out" /tmp/dv-libs /tmp/dv-bin
 summary=$out/summary.txt
@@ -29,6 +30,11 @@ unpack() { # file.xz or file -> dest
 
 for f in "$stage"/libs/*.xz; do [ -e "$f" ] && xz -dc "$f" > "/tmp/dv-libs/$(basename "$f" .xz)"; done
 export LD_LIBRARY_PATH=/tmp/dv-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if [ -d "$stage/tools" ]; then
+  mkdir -p /tmp/dv-tools
+  for f in "$stage"/tools/*; do unpack "$f" "/tmp/dv-tools/$(basename "$f" .xz)"; done
+  export PATH=/tmp/dv-tools:$PATH
+fi
 bin=/tmp/dv-bin/dicomflow
 unpack "$(ls "$stage"/bin/dicomflow* | head -1)" "$bin"
 base=
@@ -98,6 +104,25 @@ if want host2000 && [ -n "$base" ]; then
     rm -rf "$out/host-$b"
   done
   rm -rf /dev/shm/dv-host
+fi
+
+if want ab2000 && [ -n "$base" ]; then
+  # The base build against this one on bench_host.py's 2000² rows, alternating run by run
+  # (scripts/bench_ab.py, medians of AB_ROUNDS): on this host the same binary moves 7-12 %
+  # between two bench_host.py calls, more than a before/after claim can carry. PNG is
+  # compressed by the writers in every row (--gpu-encode cpu), as the base build did at 2000².
+  cfgs=()
+  for row in "zero-copy:--backend cuda --transfer zero-copy" "pinned:--backend cuda --transfer pinned" \
+             "pageable:--backend cuda --transfer pageable" "auto:--backend auto --transfer zero-copy" \
+             "cpu:--backend cpu"; do
+    label=${row%%:*}; flags=${row#*:}
+    [ "$label" != cpu ] && flags="$flags --gpu-encode cpu"
+    cfgs+=(--config "base $label=@$base $flags" --config "new $label=$flags")
+  done
+  timeout "${AB_TIMEOUT:-360}" python3 "$here/scripts/bench_ab.py" "$bin" /dev/shm/dv-ab \
+    --sizes "${AB_SIZES:-2000:1000}" --rounds "${AB_ROUNDS:-5}" "${cfgs[@]}" > "$out/ab2000.txt" 2>&1
+  say "   ab2000 (medians):"; sed -n '/^medians/,$p' "$out/ab2000.txt" | tee -a "$summary"
+  rm -rf /dev/shm/dv-ab
 fi
 
 if want resize; then

@@ -1439,7 +1439,7 @@ fn gpu_encoded_fixtures_and_series_match_the_cpu_backend() {
                     }
                 }
                 if format == "png" && *transfer == transfers[0] {
-                    pillow_check(&gpu, &got);
+                    png_tools_check(&gpu, &got);
                 }
             }
         }
@@ -1508,6 +1508,7 @@ fn gpu_png_batches_compress_several_frames_per_call_to_the_cpu_pixels() {
         eprintln!("{transfer}: {line}");
         let got = files(&gpu, "png");
         assert_eq!(got.len(), expected.len(), "{transfer}: file count");
+        png_tools_check(&gpu, &got);
         for ((p, g), (_, c)) in got.iter().zip(&expected) {
             let what = format!("{transfer} {}", p.display());
             assert_eq!(
@@ -1584,10 +1585,12 @@ fn gpu_auto_encodes_png_on_the_gpu_for_large_frames_only() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
-/// Opens every file with Pillow where python3 and Pillow are installed (says so otherwise).
-fn pillow_check(dir: &Path, got: &[(PathBuf, Vec<u8>)]) {
-    let script = "import sys\nfrom PIL import Image\nfor p in sys.argv[1:]:\n    im = Image.open(p); im.load()\nprint(len(sys.argv) - 1)";
+/// Opens every file with Pillow and runs pngcheck on them, where installed (says so otherwise).
+fn png_tools_check(dir: &Path, got: &[(PathBuf, Vec<u8>)]) {
+    // Warnings (a chunk Pillow finds odd) fail the check like errors.
+    let script = "import sys, warnings\nwarnings.simplefilter('error')\nfrom PIL import Image\nfor p in sys.argv[1:]:\n    im = Image.open(p); im.load()\nprint(len(sys.argv) - 1)";
     let paths: Vec<PathBuf> = got.iter().map(|(p, _)| dir.join(p)).collect();
+    pngcheck(&paths);
     match Command::new("python3")
         .arg("-c")
         .arg(script)
@@ -1603,6 +1606,25 @@ fn pillow_check(dir: &Path, got: &[(PathBuf, Vec<u8>)]) {
             eprintln!("Pillow not installed here: not checked");
         }
         Err(e) => eprintln!("python3 not available ({e}): Pillow not checked"),
+    }
+}
+
+/// libpng's `pngcheck` (Debian's package; carried to the GPU host) on every file, quiet mode:
+/// it prints only files with errors or warnings, so any output fails.
+fn pngcheck(paths: &[PathBuf]) {
+    match Command::new("pngcheck").arg("-q").args(paths).output() {
+        Ok(out) => {
+            let said = format!("{}{}", stdout(&out), stderr(&out));
+            assert!(
+                out.status.success() && said.trim().is_empty(),
+                "pngcheck: {said}"
+            );
+            eprintln!(
+                "pngcheck: {} GPU PNGs without errors or warnings",
+                paths.len()
+            );
+        }
+        Err(e) => eprintln!("pngcheck not available ({e}): not checked"),
     }
 }
 
