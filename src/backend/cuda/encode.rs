@@ -338,18 +338,9 @@ impl GpuPng {
         Ok(out)
     }
 
-    /// Queues the copy of the packed stream (as [`queue`](Self::queue) left it) to `dst`, a
-    /// device-visible address of `cap` bytes (a mapped slot), with 16-byte stores; only the
-    /// length word when packing failed.
-    pub fn copy_packed(&self, dst: u64, cap: usize) -> Result<(), CudaError> {
-        match self.packed.as_ref() {
-            Some(packed) => self.copy_packed_from(packed.ptr(), dst, cap),
-            None => Ok(()),
-        }
-    }
-
-    /// As [`copy_packed`](Self::copy_packed) for the packed stream at `src` (an address
-    /// [`queue_batch`](Self::queue_batch) returned).
+    /// Queues the copy of the packed stream at `src` (an address [`queue_batch`](Self::queue_batch)
+    /// returned) to `dst`, a device-visible address of `cap` bytes (a mapped slot), with
+    /// 16-byte stores; only the length word when packing failed.
     pub fn copy_packed_from(&self, src: u64, dst: u64, cap: usize) -> Result<(), CudaError> {
         let groups = (cap as u64).div_ceil(16);
         let args = Args::default().u64(src).u64(dst).u64(cap as u64);

@@ -860,7 +860,8 @@ impl CudaWorker {
     /// Renders into device memory and encodes there (nvCOMP PNG or nvJPEG): the output slot
     /// receives the compressed bytes only. A frame the GPU cannot encode (nvCOMP failed, or the
     /// result does not fit the slot) goes back as filtered rows or pixels, for the writer to
-    /// encode; each worker says so once.
+    /// encode; each worker says so once. PNG frames are compressed in batches (a frame alone is
+    /// a batch of one): [`render_deferred`](Self::render_deferred); JPEG frames one by one here.
     fn render_encoded(
         &mut self,
         strategy: Strategy,
@@ -868,8 +869,11 @@ impl CudaWorker {
         plan: &FramePlan,
         slot: &mut Slot,
     ) -> Result<RenderOutcome, RenderError> {
-        if self.batch.is_some() && matches!(self.encoder, Some(WorkerEncoder::Png { .. })) {
-            return self.render_deferred(strategy, source, plan, slot);
+        if matches!(self.encoder, Some(WorkerEncoder::Png { .. })) {
+            return match self.batch.as_ref().map(Vec::len) {
+                Some(index) => self.render_deferred(strategy, source, plan, slot, index),
+                None => self.render_png_alone(strategy, source, plan, slot),
+            };
         }
         let cuda = RenderError::Cuda;
         let pixels = plan.pixels() as u64;
@@ -895,79 +899,7 @@ impl CudaWorker {
             png_rows: false,
             encoded: None,
         };
-        let slot_dev = slot.output.device_ptr();
         match self.encoder.as_mut() {
-            Some(WorkerEncoder::Png { png, filter }) => {
-                let rows =
-                    driver::ensure_buffer(&mut self.dev_rows, &self.stream, cap).map_err(cuda)?;
-                launch_filter(
-                    &self.k.png_filter_rows,
-                    &self.stream,
-                    plan,
-                    *filter,
-                    dev_pixels,
-                    rows,
-                )
-                .map_err(cuda)?;
-                self.ev[2].record(&self.stream).map_err(cuda)?;
-                let packed = png
-                    .queue(rows, cap, cap, None)
-                    .map_err(|e| RenderError::Internal(format!("GPU PNG encoder: {e}")))?;
-                self.shared.png_calls.fetch_add(1, Ordering::Relaxed);
-                self.shared.png_frames.fetch_add(1, Ordering::Relaxed);
-                self.ev[3].record(&self.stream).map_err(cuda)?;
-                let zlib_len = if slot_dev != 0 {
-                    // Mapped slot: one kernel copies exactly the stream, wide stores.
-                    png.copy_packed(slot_dev, cap).map_err(cuda)?;
-                    self.ev[4].record(&self.stream).map_err(cuda)?;
-                    self.stream.synchronize().map_err(cuda)?;
-                    packed_len(slot.output.bytes(PACKED_HEADER))
-                } else {
-                    // Heap slot (pageable): the length first, then the stream.
-                    let out = slot.output.bytes_mut(cap).as_mut_ptr();
-                    // SAFETY: the slot holds cap >= 8 bytes; synchronized before it is read.
-                    unsafe { driver::copy_dtoh_async(out, packed, PACKED_HEADER, &self.stream) }
-                        .map_err(cuda)?;
-                    self.stream.synchronize().map_err(cuda)?;
-                    let len = packed_len(slot.output.bytes(PACKED_HEADER));
-                    if let Some(len) = len {
-                        // SAFETY: 8 + len <= cap (the packing checked it); synchronized below.
-                        unsafe {
-                            driver::copy_dtoh_async(
-                                out.add(PACKED_HEADER),
-                                packed + PACKED_HEADER as u64,
-                                len,
-                                &self.stream,
-                            )
-                        }
-                        .map_err(cuda)?;
-                    }
-                    self.ev[4].record(&self.stream).map_err(cuda)?;
-                    self.stream.synchronize().map_err(cuda)?;
-                    len
-                };
-                let ms = |a, b| self.between(a, b);
-                outcome.timings = RenderTimings {
-                    transfer_in: ms(0, 1).map_err(cuda)?,
-                    decode: Duration::ZERO,
-                    compute: ms(1, 2).map_err(cuda)?,
-                    encode: ms(2, 3).map_err(cuda)?,
-                    transfer_out: ms(3, 4).map_err(cuda)?,
-                };
-                match zlib_len {
-                    Some(len) => {
-                        outcome.encoded = Some(Encoded::PngZlib {
-                            offset: PACKED_HEADER,
-                            len,
-                        })
-                    }
-                    None => {
-                        self.note_fallback("PNG: nvCOMP failed or the stream did not fit the slot");
-                        self.rows_to_slot(rows, cap, slot).map_err(cuda)?;
-                        outcome.png_rows = true;
-                    }
-                }
-            }
             Some(WorkerEncoder::Jpeg(jpeg)) => {
                 self.ev[2].record(&self.stream).map_err(cuda)?;
                 // SAFETY: the pixels stay in dev_pixels until the stream is synchronized
@@ -1011,7 +943,9 @@ impl CudaWorker {
                     transfer_out: t.elapsed(),
                 };
             }
-            None => return Err(RenderError::Internal("no GPU encoder".into())),
+            Some(WorkerEncoder::Png { .. }) | None => {
+                return Err(RenderError::Internal("no GPU JPEG encoder".into()))
+            }
         }
         Ok(outcome)
     }
@@ -1026,13 +960,13 @@ impl CudaWorker {
         source: Source,
         plan: &FramePlan,
         slot: &mut Slot,
+        index: usize,
     ) -> Result<RenderOutcome, RenderError> {
         let cuda = RenderError::Cuda;
         let Some(WorkerEncoder::Png { filter, .. }) = &self.encoder else {
             return Err(RenderError::Internal("no GPU PNG encoder".into()));
         };
         let filter = *filter;
-        let index = self.batch.as_ref().map_or(0, Vec::len);
         let (Some(ev), Some(_)) = (self.batch_ev.get(index), self.batch_rows.get(index)) else {
             return Err(RenderError::Internal(format!(
                 "batch position {index} has no events"
@@ -1082,6 +1016,36 @@ impl CudaWorker {
             png_rows: false,
             encoded: None,
         })
+    }
+
+    /// A PNG frame rendered on its own (a worker that is not batching, or one measuring the
+    /// transfer strategies): a batch of one, waited for. It uses the rows and events of the
+    /// position after the largest batch, so that a batch being built (calibration can happen
+    /// in its middle) keeps its own.
+    fn render_png_alone(
+        &mut self,
+        strategy: Strategy,
+        source: Source,
+        plan: &FramePlan,
+        slot: &mut Slot,
+    ) -> Result<RenderOutcome, RenderError> {
+        let index = self.batch_max;
+        self.ensure_batch_room(index + 1)
+            .map_err(RenderError::Cuda)?;
+        self.batch = Some(Vec::with_capacity(1));
+        let rendered = self.render_deferred(strategy, source, plan, slot, index);
+        let pending = self.batch.take().unwrap_or_default();
+        let mut outcome = rendered?;
+        let pending: Vec<Deferred> = pending
+            .into_iter()
+            .map(|d| Deferred { frame: 0, ..d })
+            .collect();
+        let mut frames = [BatchFrame { plan, slot }];
+        let done = self.compress_batch(&pending, &mut frames)?;
+        if let Some((timings, len)) = done.into_iter().next() {
+            compressed(&mut outcome, timings, len);
+        }
+        Ok(outcome)
     }
 
     /// Compresses the batch's deferred frames in one nvCOMP call, copies each packed stream
@@ -1495,16 +1459,7 @@ impl RenderWorker for CudaWorker {
             Ok(done) => {
                 for (d, (timings, len)) in pending.iter().zip(done) {
                     if let Some(Ok(outcome)) = results.get_mut(d.frame) {
-                        outcome.timings = timings;
-                        match len {
-                            Some(len) => {
-                                outcome.encoded = Some(Encoded::PngZlib {
-                                    offset: PACKED_HEADER,
-                                    len,
-                                })
-                            }
-                            None => outcome.png_rows = true,
-                        }
+                        compressed(outcome, timings, len);
                     }
                 }
             }
@@ -1525,6 +1480,21 @@ impl RenderWorker for CudaWorker {
             }
         }
         results
+    }
+}
+
+/// A compressed frame's outcome: its timings, and its zlib stream in the slot (`Some(len)`)
+/// or, when the GPU could not encode it, its filtered rows there for the writer.
+fn compressed(outcome: &mut RenderOutcome, timings: RenderTimings, len: Option<usize>) {
+    outcome.timings = timings;
+    match len {
+        Some(len) => {
+            outcome.encoded = Some(Encoded::PngZlib {
+                offset: PACKED_HEADER,
+                len,
+            })
+        }
+        None => outcome.png_rows = true,
     }
 }
 
