@@ -1270,19 +1270,25 @@ impl CudaWorker {
             .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
     }
 
+    /// Queues a copy of `bytes` from `src` to `dst` (device-visible addresses, a mapped slot
+    /// included) with 16-byte loads and stores: a mapped slot receives full-width PCIe writes.
+    fn copy_on_device(&self, src: u64, dst: u64, bytes: usize) -> Result<(), CudaError> {
+        let args = Args::default().u64(src).u64(dst).u64(bytes as u64);
+        driver::launch(
+            &self.k.copy_bytes,
+            grid_for((bytes as u64).div_ceil(16)),
+            BLOCK,
+            0,
+            &self.stream,
+            args,
+        )
+    }
+
     /// The fallback of a frame the GPU could not encode: its filtered rows into the slot.
     fn rows_to_slot(&mut self, rows: u64, cap: usize, slot: &mut Slot) -> Result<(), CudaError> {
         let slot_dev = slot.output.device_ptr();
         if slot_dev != 0 {
-            let args = Args::default().u64(rows).u64(slot_dev).u64(cap as u64);
-            driver::launch(
-                &self.k.copy_bytes,
-                grid_for((cap as u64).div_ceil(16)),
-                BLOCK,
-                0,
-                &self.stream,
-                args,
-            )?;
+            self.copy_on_device(rows, slot_dev, cap)?;
         } else {
             let out = slot.output.bytes_mut(cap).as_mut_ptr();
             // SAFETY: the slot holds cap bytes; synchronized below.
@@ -1327,15 +1333,7 @@ impl CudaWorker {
             rows_at,
         )?;
         if rows_at != output {
-            let args = Args::default().u64(rows_at).u64(output).u64(bytes as u64);
-            driver::launch(
-                &self.k.copy_bytes,
-                grid_for((bytes as u64).div_ceil(16)),
-                BLOCK,
-                0,
-                &self.stream,
-                args,
-            )?;
+            self.copy_on_device(rows_at, output, bytes)?;
         }
         Ok(())
     }
