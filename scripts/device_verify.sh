@@ -111,18 +111,24 @@ if want ab2000 && [ -n "$base" ]; then
   # (scripts/bench_ab.py, medians of AB_ROUNDS): on this host the same binary moves 7-12 %
   # between two bench_host.py calls, more than a before/after claim can carry. PNG is
   # compressed by the writers in every row (--gpu-encode cpu), as the base build did at 2000².
+  # AB_ROWS picks rows (default all five); AB_KEEP=1 brings every run's report back (a tarball).
   cfgs=()
   for row in "zero-copy:--backend cuda --transfer zero-copy" "pinned:--backend cuda --transfer pinned" \
              "pageable:--backend cuda --transfer pageable" "auto:--backend auto --transfer zero-copy" \
              "cpu:--backend cpu"; do
     label=${row%%:*}; flags=${row#*:}
+    [[ " ${AB_ROWS:-zero-copy pinned pageable auto cpu} " == *" $label "* ]] || continue
     [ "$label" != cpu ] && flags="$flags --gpu-encode cpu"
     cfgs+=(--config "base $label=@$base $flags" --config "new $label=$flags")
   done
+  keep=()
+  [ -n "${AB_KEEP:-}" ] && keep=(--keep-reports /dev/shm/dv-ab-reports)
   timeout "${AB_TIMEOUT:-360}" python3 "$here/scripts/bench_ab.py" "$bin" /dev/shm/dv-ab \
-    --sizes "${AB_SIZES:-2000:1000}" --rounds "${AB_ROUNDS:-5}" "${cfgs[@]}" > "$out/ab2000.txt" 2>&1
+    --sizes "${AB_SIZES:-2000:1000}" --rounds "${AB_ROUNDS:-5}" "${keep[@]}" "${cfgs[@]}" \
+    > "$out/ab2000.txt" 2>&1
   say "   ab2000 (medians):"; sed -n '/^medians/,$p' "$out/ab2000.txt" | tee -a "$summary"
-  rm -rf /dev/shm/dv-ab
+  [ -n "${AB_KEEP:-}" ] && tar -C /dev/shm -cJf "$out/ab-reports.tar.xz" dv-ab-reports
+  rm -rf /dev/shm/dv-ab /dev/shm/dv-ab-reports
 fi
 
 if want resize; then
