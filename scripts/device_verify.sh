@@ -10,14 +10,14 @@
 #            libnvjpeg2k.so.0, libnvcomp.so.6, compressed to fit the transfer) and, for the
 #            before/after benchmarks, dicomflow-BASE.xz (an earlier build)
 #   OUT      where logs and tables go
-#   SECTIONS comma-separated, default all: tests, transfer, host2000, ab2000, resize, shard,
-#            encode, j2k, listen, decode
+#   SECTIONS comma-separated, default all: tests, compare, transfer, host2000, ab2000, resize,
+#            shard, encode, j2k, listen, decode
 # STAGE/tools/ (optional) goes first on PATH: tools the machine lacks, such as pngcheck.
 # Each section prints a short table and appends it to OUT/summary.txt.
 set -uo pipefail
 stage=$(readlink -f "$1")
 out=$(readlink -f "$2")
-sections=${3:-tests,transfer,host2000,ab2000,resize,shard,encode,j2k,listen,decode}
+sections=${3:-tests,compare,transfer,host2000,ab2000,resize,shard,encode,j2k,listen,decode}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out" /tmp/dv-libs /tmp/dv-bin
 summary=$out/summary.txt
@@ -83,6 +83,15 @@ if want tests; then
     fi
   done
   say "== tests: $([ $status -eq 0 ] && echo all passed || echo FAILURES)"
+fi
+
+if want compare && [ -n "$base" ]; then
+  # The base build's outputs against this one's, byte for byte, on both backends
+  # (scripts/compare_outputs.sh: the conformance fixtures and a 200-slice series).
+  timeout 240 bash "$here/scripts/compare_outputs.sh" "$base" "$bin" /dev/shm/dv-compare "cpu cuda" \
+    > "$out/compare.txt" 2>&1
+  say "   compare with the base build: rc $?"; tee -a "$summary" < "$out/compare.txt"
+  rm -rf /dev/shm/dv-compare
 fi
 
 if want transfer && [ -n "$base" ]; then
