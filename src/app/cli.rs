@@ -175,6 +175,10 @@ pub struct DecodeArgs {
     /// Row pitch alignment (bytes) of lossless JPEG output; 0 = the production default.
     #[arg(long, default_value_t = 0)]
     pub lossless_pitch_align: usize,
+    /// Also time nvJPEG's batched decoders with this many copies of each frame per call
+    /// (comma-separated, e.g. 1,4,16,32).
+    #[arg(long, value_delimiter = ',')]
+    pub batches: Vec<usize>,
 }
 
 #[derive(Debug, Args)]

@@ -34,6 +34,9 @@ pub struct DecodeBenchOptions {
     pub device: usize,
     /// Row pitch alignment of lossless JPEG output (bytes; 0 = the production default).
     pub lossless_pitch_align: usize,
+    /// Frames per call to time nvJPEG's batched decoders with (copies of each frame; empty:
+    /// not timed).
+    pub batches: Vec<usize>,
 }
 
 /// One frame's comparison.
@@ -123,6 +126,7 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
     };
     let mut rows = Vec::new();
     let mut dev: Option<DeviceBuffer> = None;
+    let (mut batch_lines, mut dev_batch) = (Vec::new(), None);
     let (mut cpu_vals, mut gpu_vals, mut code, mut scratch) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut cpu = CpuRenderer::default();
@@ -299,6 +303,21 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
                     }
                 }
             }
+            if !opts.batches.is_empty() && coding.codec != compressed::GpuCodec::Jpeg2000 {
+                let single = read_back(dst, bytes, &stream)?;
+                for &k in &opts.batches {
+                    batch_lines.push(time_batch(
+                        &mut decoder,
+                        &encoded,
+                        &code,
+                        k,
+                        opts.iters,
+                        &single,
+                        &row.name,
+                        (&stream, &ev, &mut dev_batch),
+                    )?);
+                }
+            }
             rows.push(row);
         }
     }
@@ -307,7 +326,7 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
         "# DCT frames on the hardware JPEG engines: {}",
         if decoder.dct_hardware() { "yes" } else { "no" }
     );
-    for line in &startup {
+    for line in startup.iter().chain(&batch_lines) {
         let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(
@@ -361,7 +380,67 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
     Ok(out)
 }
 
-/// `dicomflow bench decode`.
+/// `bytes` bytes of device memory at `src`, copied back.
+fn read_back(src: u64, bytes: usize, stream: &Stream) -> Result<Vec<u8>, String> {
+    let mut v = vec![0u8; bytes];
+    // SAFETY: v holds `bytes` bytes; synchronized right after.
+    unsafe { driver::copy_dtoh_async(v.as_mut_ptr(), src, bytes, stream) }
+        .map_err(|e| e.to_string())?;
+    stream.synchronize().map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+/// Times `k` copies of one frame decoded in one batched call (best of `iters`): the GPU time
+/// between events around the call, the host time the call took to return, and the wall time
+/// to the end of the work; checks the last copy against the frame decoded alone (`single`).
+#[allow(clippy::too_many_arguments)]
+fn time_batch(
+    decoder: &mut FrameDecoder,
+    encoded: &EncodedFrame,
+    code: &[u8],
+    k: usize,
+    iters: usize,
+    single: &[u8],
+    name: &str,
+    (stream, ev, buf): (&Arc<Stream>, &[Event; 2], &mut Option<DeviceBuffer>),
+) -> Result<String, String> {
+    let k = k.max(1);
+    let bytes = single.len();
+    let step = bytes.div_ceil(256) * 256;
+    let base = driver::ensure_buffer(buf, stream, step * k).map_err(|e| e.to_string())?;
+    let dsts: Vec<u64> = (0..k).map(|i| base + (i * step) as u64).collect();
+    let data = vec![code; k];
+    let (mut gpu, mut host, mut wall) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    for _ in 0..iters.max(1) {
+        let t = Instant::now();
+        ev[0].record(stream).map_err(|e| e.to_string())?;
+        if let Err(e) = decoder.decode_batch(encoded, &data, &dsts) {
+            let _ = stream.synchronize();
+            return Ok(format!("# batch {name}: {k} per call refused: {e}"));
+        }
+        let returned = t.elapsed();
+        ev[1].record(stream).map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(|e| e.to_string())?;
+        let ms = Event::elapsed_ms(&ev[0], &ev[1]).map_err(|e| e.to_string())? as f64;
+        gpu = gpu.min(ms);
+        host = host.min(returned.as_secs_f64() * 1e3);
+        wall = wall.min(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let last = read_back(dsts[k - 1], bytes, stream)?;
+    Ok(format!(
+        "# batch {name}: {k} per call: GPU {gpu:.3} ms, returned after {host:.3} ms, done after \
+         {wall:.3} ms = {:.3} ms per frame ({:.0} frames/s on one stream); last copy {}",
+        wall / k as f64,
+        k as f64 * 1e3 / wall,
+        if last == single {
+            "identical to the frame decoded alone"
+        } else {
+            "DIFFERS from the frame decoded alone"
+        }
+    ))
+}
+
+/// `dicomflow bench decode`./// `dicomflow bench decode`.
 pub fn execute(a: &crate::app::cli::DecodeArgs) -> Result<i32, FatalError> {
     let opts = DecodeBenchOptions {
         inputs: a.inputs.clone(),
@@ -370,6 +449,7 @@ pub fn execute(a: &crate::app::cli::DecodeArgs) -> Result<i32, FatalError> {
         library_path: a.library_path.clone(),
         device: a.device,
         lossless_pitch_align: a.lossless_pitch_align,
+        batches: a.batches.clone(),
     };
     let table = run(&opts).map_err(FatalError::Backend)?;
     print!("{table}");

@@ -306,6 +306,25 @@ impl Codecs {
     }
 }
 
+/// The decoded layout of `frame` in device memory.
+fn layout_of(frame: &EncodedFrame) -> OutputLayout {
+    let c = &frame.coding;
+    OutputLayout {
+        cols: c.cols,
+        rows: c.rows,
+        components: c.samples_per_pixel as u32,
+        bytes_per_sample: c.bits_allocated as usize / 8,
+    }
+}
+
+/// What a DCT decode wrote, against the plan's layout.
+fn decoded(output: nvjpeg::DctOutput) -> Decoded {
+    match output {
+        nvjpeg::DctOutput::Planar => Decoded::Planar,
+        nvjpeg::DctOutput::Gray | nvjpeg::DctOutput::RgbInterleaved => Decoded::AsPlanned,
+    }
+}
+
 /// How the decoded frame differs from the plan's layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decoded {
@@ -348,16 +367,11 @@ impl FrameDecoder {
         dst: u64,
     ) -> Result<Decoded, Failure> {
         let c = &frame.coding;
-        let want = OutputLayout {
-            cols: c.cols,
-            rows: c.rows,
-            components: c.samples_per_pixel as u32,
-            bytes_per_sample: c.bits_allocated as usize / 8,
-        };
-        let (codecs, slot, stream) = (&self.codecs, self.slot, &self.stream);
-        let device = &stream.device;
+        let want = layout_of(frame);
         match c.codec {
             GpuCodec::Jpeg2000 => {
+                let (codecs, slot, stream) = (&self.codecs, self.slot, &self.stream);
+                let device = &stream.device;
                 let d = self
                     .j2k
                     .get_or_insert_with(|| {
@@ -374,35 +388,67 @@ impl FrameDecoder {
                     .map_err(|e| e.clone())?;
                 d.decode(bytes, &want, dst).map(|_| Decoded::AsPlanned)
             }
-            GpuCodec::JpegLossless => {
-                let d = self
-                    .lossless
-                    .get_or_insert_with(|| {
-                        let h = codecs.lossless_handle(slot, device)?;
-                        nvjpeg::LosslessDecoder::new(&h, stream, codecs.lossless_pitch_align)
-                            .map_err(Failure::Device)
-                    })
-                    .as_mut()
-                    .map_err(|e| e.clone())?;
-                d.decode(bytes, &want, dst).map(|_| Decoded::AsPlanned)
-            }
+            GpuCodec::JpegLossless => self
+                .lossless()?
+                .decode(bytes, &want, dst)
+                .map(|_| Decoded::AsPlanned),
             GpuCodec::JpegDct => {
-                let d = self
-                    .dct
-                    .get_or_insert_with(|| {
-                        let (hw, sw) = codecs.dct_handles(slot, device)?;
-                        Ok(nvjpeg::DctDecoder::new(hw, sw, stream))
-                    })
-                    .as_mut()
-                    .map_err(|e| e.clone())?;
-                match d.decode(bytes, &want, c.converts_ycbcr(), dst)? {
-                    nvjpeg::DctOutput::Planar => Ok(Decoded::Planar),
-                    nvjpeg::DctOutput::Gray | nvjpeg::DctOutput::RgbInterleaved => {
-                        Ok(Decoded::AsPlanned)
-                    }
-                }
+                let convert = c.converts_ycbcr();
+                Ok(decoded(self.dct()?.decode(bytes, &want, convert, dst)?))
             }
         }
+    }
+
+    /// Queues the decode of several frames laid out as `frame` says, in one library call:
+    /// `data[i]` into `dsts[i]`. nvJPEG's batched decoders only (lossless, and DCT on the
+    /// hardware engines): anything else is refused, for the caller to decode one by one.
+    pub fn decode_batch(
+        &mut self,
+        frame: &EncodedFrame,
+        data: &[&[u8]],
+        dsts: &[u64],
+    ) -> Result<Decoded, Failure> {
+        let want = layout_of(frame);
+        match frame.coding.codec {
+            GpuCodec::JpegLossless => self
+                .lossless()?
+                .decode_batch(data, &want, dsts)
+                .map(|_| Decoded::AsPlanned),
+            GpuCodec::JpegDct => {
+                let convert = frame.coding.converts_ycbcr();
+                Ok(decoded(
+                    self.dct()?.decode_batch(data, &want, convert, dsts)?,
+                ))
+            }
+            GpuCodec::Jpeg2000 => Err(Failure::Unsupported(
+                "JPEG 2000 frames are decoded one by one".into(),
+            )),
+        }
+    }
+
+    /// This worker's lossless JPEG decoder, made on first use.
+    fn lossless(&mut self) -> Result<&mut nvjpeg::LosslessDecoder, Failure> {
+        let (codecs, slot, stream) = (&self.codecs, self.slot, &self.stream);
+        self.lossless
+            .get_or_insert_with(|| {
+                let h = codecs.lossless_handle(slot, &stream.device)?;
+                nvjpeg::LosslessDecoder::new(&h, stream, codecs.lossless_pitch_align)
+                    .map_err(Failure::Device)
+            })
+            .as_mut()
+            .map_err(|e| e.clone())
+    }
+
+    /// This worker's DCT JPEG decoder, made on first use.
+    fn dct(&mut self) -> Result<&mut nvjpeg::DctDecoder, Failure> {
+        let (codecs, slot, stream) = (&self.codecs, self.slot, &self.stream);
+        self.dct
+            .get_or_insert_with(|| {
+                let (hw, sw) = codecs.dct_handles(slot, &stream.device)?;
+                Ok(nvjpeg::DctDecoder::new(hw, sw, stream))
+            })
+            .as_mut()
+            .map_err(|e| e.clone())
     }
 
     /// Whether the hardware JPEG engines decoded the DCT frames so far.

@@ -244,9 +244,9 @@ struct Session {
     state: JpegState,
     jstream: JpegStream,
     stream: Arc<Stream>,
-    /// The output format `nvjpegDecodeBatchedInitialize` was last called with (batch of one);
+    /// The output format and batch size `nvjpegDecodeBatchedInitialize` was last called with;
     /// `None` before the first batched decode and after a failed one.
-    batched_format: Option<c_int>,
+    batched: Option<(c_int, usize)>,
 }
 
 // SAFETY: a session is owned and used by one worker thread at a time; its state is used on one
@@ -262,7 +262,7 @@ impl Session {
             state: std::ptr::null_mut(),
             jstream: std::ptr::null_mut(),
             stream: stream.clone(),
-            batched_format: None,
+            batched: None,
         };
         // SAFETY: live handle; valid out pointers.
         unsafe {
@@ -351,33 +351,53 @@ impl Session {
         format: c_int,
         out: &mut Image,
     ) -> Result<(), Failure> {
+        self.decode_batch(&[data], format, std::slice::from_mut(out))
+    }
+
+    /// Queues the decode of every codestream of `data` in one call, each into its `outs`
+    /// descriptor (as many as `data`).
+    fn decode_batch(
+        &mut self,
+        data: &[&[u8]],
+        format: c_int,
+        outs: &mut [Image],
+    ) -> Result<(), Failure> {
         let f = &self.handle.lib.fns;
-        if self.batched_format != Some(format) {
+        let n = data.len();
+        if n == 0 || outs.len() != n {
+            return Err(Failure::Device(format!(
+                "batch of {n} codestreams and {} outputs",
+                outs.len()
+            )));
+        }
+        if self.batched != Some((format, n)) {
+            let size =
+                c_int::try_from(n).map_err(|_| Failure::Device(format!("batch of {n} frames")))?;
             // SAFETY: live handle and state.
             check("nvjpegDecodeBatchedInitialize", unsafe {
-                (f.batched_initialize)(self.handle.raw, self.state, 1, 1, format)
+                (f.batched_initialize)(self.handle.raw, self.state, size, 1, format)
             })
             .map_err(Failure::Rejected)?;
-            self.batched_format = Some(format);
+            self.batched = Some((format, n));
         }
-        let ptrs = [data.as_ptr()];
-        let lens = [data.len()];
-        // SAFETY: one input (valid for the call, and held unchanged until the stream is
-        // synchronized) and one output descriptor pointing to device memory of the size the
-        // caller checked against the header.
+        let ptrs: Vec<*const u8> = data.iter().map(|d| d.as_ptr()).collect();
+        let lens: Vec<usize> = data.iter().map(|d| d.len()).collect();
+        // SAFETY: n inputs (valid for the call, and held unchanged until the stream is
+        // synchronized) and n output descriptors pointing to device memory of the size the
+        // caller checked against the headers.
         let r = check("nvjpegDecodeBatched", unsafe {
             (f.decode_batched)(
                 self.handle.raw,
                 self.state,
                 ptrs.as_ptr(),
                 lens.as_ptr(),
-                out,
+                outs.as_mut_ptr(),
                 self.stream.raw() as *mut c_void,
             )
         });
         if r.is_err() {
             // The documentation asks for a new initialization after a failed batch.
-            self.batched_format = None;
+            self.batched = None;
         }
         r.map_err(Failure::Rejected)
     }
@@ -464,28 +484,7 @@ impl LosslessDecoder {
             .device
             .bind()
             .map_err(|e| Failure::Device(e.to_string()))?;
-        let h = self.session.header(data)?;
-        if h.encoding != ENCODING_LOSSLESS_HUFFMAN {
-            return Err(Failure::Unsupported(format!(
-                "SOF 0x{:02x} is not lossless Huffman",
-                h.encoding
-            )));
-        }
-        check_dimensions(&h, want)?;
-        if want.bytes_per_sample != 2 || h.precision > 16 || !h.full_resolution {
-            return Err(Failure::Unsupported(format!(
-                "{}-bit samples in a {}-bit container",
-                h.precision,
-                8 * want.bytes_per_sample
-            )));
-        }
-        if !self.session.batched_supported()? {
-            return Err(Failure::Unsupported(
-                "the lossless backend does not take this stream (predictor other than 1, or \
-                 more than two components)"
-                    .into(),
-            ));
-        }
+        self.check(data, want)?;
         let row = want.row_bytes();
         let pitch = row.div_ceil(self.pitch_align) * self.pitch_align;
         let mut out = Image::empty();
@@ -509,6 +508,69 @@ impl LosslessDecoder {
                 &stream,
             )
             .map_err(|e| Failure::Device(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// [`decode`](Self::decode) for several frames of the same layout in one library call,
+    /// `data[i]` into `dsts[i]`; rows must need no wider pitch than their own.
+    pub fn decode_batch(
+        &mut self,
+        data: &[&[u8]],
+        want: &OutputLayout,
+        dsts: &[u64],
+    ) -> Result<(), Failure> {
+        self.session
+            .stream
+            .device
+            .bind()
+            .map_err(|e| Failure::Device(e.to_string()))?;
+        let row = want.row_bytes();
+        if !row.is_multiple_of(self.pitch_align) {
+            return Err(Failure::Unsupported(format!(
+                "rows of {row} bytes need a pitch of a multiple of {}",
+                self.pitch_align
+            )));
+        }
+        for d in data {
+            self.check(d, want)?;
+        }
+        let mut outs: Vec<Image> = dsts
+            .iter()
+            .map(|&dst| {
+                let mut out = Image::empty();
+                out.channel[0] = dst as *mut u8;
+                out.pitch[0] = row;
+                out
+            })
+            .collect();
+        self.session
+            .decode_batch(data, OUTPUT_UNCHANGEDI_U16, &mut outs)
+    }
+
+    /// Parses the frame header of `data` and checks that this backend decodes it into `want`.
+    fn check(&mut self, data: &[u8], want: &OutputLayout) -> Result<(), Failure> {
+        let h = self.session.header(data)?;
+        if h.encoding != ENCODING_LOSSLESS_HUFFMAN {
+            return Err(Failure::Unsupported(format!(
+                "SOF 0x{:02x} is not lossless Huffman",
+                h.encoding
+            )));
+        }
+        check_dimensions(&h, want)?;
+        if want.bytes_per_sample != 2 || h.precision > 16 || !h.full_resolution {
+            return Err(Failure::Unsupported(format!(
+                "{}-bit samples in a {}-bit container",
+                h.precision,
+                8 * want.bytes_per_sample
+            )));
+        }
+        if !self.session.batched_supported()? {
+            return Err(Failure::Unsupported(
+                "the lossless backend does not take this stream (predictor other than 1, or \
+                 more than two components)"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -578,37 +640,8 @@ impl DctDecoder {
                 }
             }
         }
-        let mut out = Image::empty();
-        let plane = want.cols as usize * want.rows as usize;
-        let (format, layout) = match (want.components, convert) {
-            (1, _) => (OUTPUT_Y, DctOutput::Gray),
-            (3, true) => (OUTPUT_RGBI, DctOutput::RgbInterleaved),
-            (3, false) => (OUTPUT_UNCHANGED, DctOutput::Planar),
-            (n, _) => {
-                return Err(Failure::Unsupported(format!("{n} components")));
-            }
-        };
-        match layout {
-            DctOutput::Gray => {
-                out.channel[0] = dst as *mut u8;
-                out.pitch[0] = want.cols as usize;
-            }
-            DctOutput::RgbInterleaved => {
-                out.channel[0] = dst as *mut u8;
-                out.pitch[0] = 3 * want.cols as usize;
-            }
-            DctOutput::Planar => {
-                for c in 0..3 {
-                    out.channel[c] = (dst + (c * plane) as u64) as *mut u8;
-                    out.pitch[c] = want.cols as usize;
-                }
-            }
-        }
-        if want.bytes_per_sample != 1 {
-            return Err(Failure::Unsupported(
-                "DCT output into a 16-bit container".into(),
-            ));
-        }
+        let (format, layout) = Self::layout(want, convert)?;
+        let mut out = Self::image(layout, want, dst);
         if let Some(hw) = self.hardware_session.as_mut() {
             let h = hw.header(data)?;
             Self::check(&h, want, layout)?;
@@ -630,6 +663,86 @@ impl DctDecoder {
         let h = sw.header(data)?;
         Self::check(&h, want, layout)?;
         sw.decode_single(data, format, &mut out).map(|_| layout)
+    }
+
+    /// [`decode`](Self::decode) for several frames of the same layout in one call of the
+    /// hardware engines' batched decoder, `data[i]` into `dsts[i]`; frames the engines do not
+    /// take (or a GPU without them) are refused, for the caller to decode one by one.
+    pub fn decode_batch(
+        &mut self,
+        data: &[&[u8]],
+        want: &OutputLayout,
+        convert: bool,
+        dsts: &[u64],
+    ) -> Result<DctOutput, Failure> {
+        self.stream
+            .device
+            .bind()
+            .map_err(|e| Failure::Device(e.to_string()))?;
+        if self.hardware_session.is_none() {
+            if let Some(h) = &self.hardware {
+                match Session::new(h, &self.stream) {
+                    Ok(s) => self.hardware_session = Some(s),
+                    Err(_) => self.hardware = None,
+                }
+            }
+        }
+        let (format, layout) = Self::layout(want, convert)?;
+        let Some(hw) = self.hardware_session.as_mut() else {
+            return Err(Failure::Unsupported("no hardware JPEG engines".into()));
+        };
+        for d in data {
+            let h = hw.header(d)?;
+            Self::check(&h, want, layout)?;
+            if !hw.batched_supported()? {
+                return Err(Failure::Unsupported(
+                    "the hardware engines do not take this stream".into(),
+                ));
+            }
+        }
+        let mut outs: Vec<Image> = dsts
+            .iter()
+            .map(|&dst| Self::image(layout, want, dst))
+            .collect();
+        hw.decode_batch(data, format, &mut outs).map(|_| layout)
+    }
+
+    /// The library's output format and the layout it writes for `want` (`convert`: YBR → RGB).
+    fn layout(want: &OutputLayout, convert: bool) -> Result<(c_int, DctOutput), Failure> {
+        if want.bytes_per_sample != 1 {
+            return Err(Failure::Unsupported(
+                "DCT output into a 16-bit container".into(),
+            ));
+        }
+        match (want.components, convert) {
+            (1, _) => Ok((OUTPUT_Y, DctOutput::Gray)),
+            (3, true) => Ok((OUTPUT_RGBI, DctOutput::RgbInterleaved)),
+            (3, false) => Ok((OUTPUT_UNCHANGED, DctOutput::Planar)),
+            (n, _) => Err(Failure::Unsupported(format!("{n} components"))),
+        }
+    }
+
+    /// The output descriptor of `layout` at `dst`.
+    fn image(layout: DctOutput, want: &OutputLayout, dst: u64) -> Image {
+        let mut out = Image::empty();
+        let plane = want.cols as usize * want.rows as usize;
+        match layout {
+            DctOutput::Gray => {
+                out.channel[0] = dst as *mut u8;
+                out.pitch[0] = want.cols as usize;
+            }
+            DctOutput::RgbInterleaved => {
+                out.channel[0] = dst as *mut u8;
+                out.pitch[0] = 3 * want.cols as usize;
+            }
+            DctOutput::Planar => {
+                for c in 0..3 {
+                    out.channel[c] = (dst + (c * plane) as u64) as *mut u8;
+                    out.pitch[c] = want.cols as usize;
+                }
+            }
+        }
+        out
     }
 
     fn check(h: &Header, want: &OutputLayout, layout: DctOutput) -> Result<(), Failure> {
