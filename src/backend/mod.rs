@@ -73,6 +73,10 @@ pub struct OutputWish {
     /// Output pixels of the job's first frame, when known: `gpu.encode = "auto"` compresses PNG
     /// on the GPU only for frames large enough for that to pay.
     pub first_frame_pixels: Option<u64>,
+    /// Whether the job's first frame is compressed in a syntax the GPU decodes several frames
+    /// at a time (nvJPEG: JPEG lossless, and baseline/extended when `gpu.decode = "all"`):
+    /// the ring then holds room for such batches.
+    pub first_frame_decoded_in_batches: bool,
 }
 
 impl Default for OutputWish {
@@ -81,6 +85,7 @@ impl Default for OutputWish {
             png_filter: None,
             gpu_encode: Err("no output format given".into()),
             first_frame_pixels: None,
+            first_frame_decoded_in_batches: false,
         }
     }
 }

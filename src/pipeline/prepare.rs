@@ -48,6 +48,9 @@ pub fn select_backend_for(
     {
         wish.first_frame_pixels = first.frame_pixels();
     }
+    if options.choice != BackendChoice::Cpu {
+        wish.first_frame_decoded_in_batches = first.decoded_in_batches(options.gpu.decode);
+    }
     let tuned = with_decode_streams(options, &first);
     let options = tuned.as_ref().unwrap_or(options);
     if options.choice != BackendChoice::Cpu {
@@ -119,6 +122,7 @@ pub fn output_wish(output: &OutputOptions) -> OutputWish {
         png_filter: crate::output::encode::png_filter_mode(&encode),
         gpu_encode,
         first_frame_pixels: None,
+        first_frame_decoded_in_batches: false,
     }
 }
 
@@ -195,6 +199,18 @@ impl<'a> FirstFile<'a> {
             input: round_up(info.frame_bytes() as usize),
             output: round_up(output as usize),
         })
+    }
+
+    /// Whether its frames go to nvJPEG's batched decoders under `policy`: JPEG lossless and
+    /// baseline/extended DCT, which only "all" sends to the GPU (`GpuRoute::codec`).
+    fn decoded_in_batches(&self, policy: GpuDecode) -> bool {
+        policy == GpuDecode::All
+            && self.info().is_some_and(|info| {
+                matches!(
+                    GpuCodec::of(&info.transfer_syntax),
+                    Some(GpuCodec::JpegLossless | GpuCodec::JpegDct)
+                )
+            })
     }
 
     /// Output pixels of its first frame (after the operators, e.g. a resize).

@@ -1032,6 +1032,73 @@ fn gpu_decode_200_slice_lossless_series_match_the_cpu_backend() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// JPEG lossless frames go to nvJPEG several per call once a worker has decoded one (one
+/// call costs about as much for 32 frames as for one): 200 slices on one stream, with the
+/// writers compressing and with nvCOMP, decode in fewer calls than frames (the backend's
+/// closing line says how many) and render to the CPU backend's pixels.
+#[test]
+fn gpu_decode_jpeg_lossless_in_batches_matches_the_cpu_backend() {
+    let test = "gpu_decode_jpeg_lossless_in_batches_matches_the_cpu_backend";
+    if !codecs_or_skip(test) {
+        return;
+    }
+    let here = repo_path("tests/fixtures/gpu_decode/series_jls");
+    let root = tempdir("gpu-decode-batches");
+    for copy in 0..20 {
+        let dir = root.join("in").join(format!("copy{copy:02}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(&here).unwrap().flatten() {
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+    }
+    let inputs = root.join("in");
+    let (o, _) = run_report(&[&inputs], &root.join("cpu"), &["--backend", "cpu"]);
+    assert_exit(&o, 0);
+    let expected = outputs(&root.join("cpu"));
+    assert_eq!(expected.len(), 200);
+    let png_on_gpu = dicomflow::backend::cuda::libs::open(&["libnvcomp.so.6"], None).is_ok();
+    let encoders: &[&str] = if png_on_gpu {
+        &["cpu", "gpu"]
+    } else {
+        &["cpu"]
+    };
+    for encoder in encoders {
+        let out = root.join(format!("cuda-{encoder}"));
+        let (o, report) = run_report(
+            &[&inputs],
+            &out,
+            &[
+                "-v",
+                "--backend",
+                "cuda",
+                "--gpu-decode",
+                "all",
+                "--streams",
+                "1",
+                "--gpu-encode",
+                encoder,
+            ],
+        );
+        assert_exit(&o, 0);
+        let err = stderr(&o);
+        let line = err
+            .lines()
+            .find(|l| l.contains("GPU decode: "))
+            .unwrap_or_else(|| panic!("{encoder}: no batched decode:\n{err}"));
+        // "GPU decode: F frames in C batched nvJPEG calls (X per call)"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = words.iter().position(|w| *w == "decode:").unwrap();
+        let frames: u64 = words[at + 1].parse().unwrap();
+        let calls: u64 = words[at + 4].parse().unwrap();
+        assert!(calls < frames && frames >= 100, "{encoder}: {line}");
+        assert_eq!(gpu_decode_counts(&report), (200, 0), "{encoder}: {line}");
+        // Pixels (GPU PNG files differ from the CPU's in their bytes, not their pixels).
+        assert_same_outputs(&outputs(&out), &expected, encoder);
+        eprintln!("{encoder} encoder: {line}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[test]
 fn gpu_decode_damaged_frames_are_reported_alone_and_the_run_goes_on() {
     let test = "gpu_decode_damaged_frames_are_reported_alone_and_the_run_goes_on";

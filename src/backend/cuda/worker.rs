@@ -17,15 +17,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::decode::{Decoded, FrameDecoder};
+use super::decode::{Decoded, Failure, FrameDecoder};
 use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
 use super::encode::{packed_len, GpuPng, PngInput, PACKED_HEADER};
 use super::nvjpeg::{Chroma, JpegEncoder};
-use super::{GpuEncoder, Shared, Strategy};
+use super::{GpuEncoder, Shared, Strategy, DECODE_BATCH_MAX};
 use crate::backend::cpu::CpuRenderer;
 use crate::backend::{
     BackendError, BatchFrame, Encoded, RenderError, RenderOutcome, RenderTimings, RenderWorker,
 };
+use crate::decode::compressed::{EncodedFrame, GpuCodec};
 use crate::memory::Slot;
 use crate::render::chain::{self, Resolved, ResolvedVoi};
 use crate::render::ops::Operators;
@@ -165,11 +166,12 @@ pub struct CudaWorker {
     fallback_scratch: Vec<u8>,
     /// Slices per nvCOMP call when the GPU compresses PNG (`gpu.encode_batch`).
     batch_max: usize,
-    /// Whether the last frame was decoded on the GPU: such frames are not batched, since a
-    /// batch would run their decodes (10–20 ms each for JPEG 2000 512²) one after another on
-    /// this worker's stream while other workers wait for frames, and the per-call cost that
-    /// batching spreads is small beside them (H200, JPEG 2000 512² to GPU PNG on 32 streams:
-    /// 602 pipeline slices/s batched, 603 not).
+    /// Whether the last frame was decoded on the GPU: such frames are batched only when nvJPEG
+    /// decodes them (`decoding_nvjpeg`), several per call. JPEG 2000 frames are not: a batch
+    /// would run their decodes (10–20 ms each for 512²) one after another on this worker's
+    /// stream while other workers wait for frames, and the per-call cost that batching spreads
+    /// is small beside them (H200, JPEG 2000 512² to GPU PNG on 32 streams: 602 pipeline
+    /// slices/s batched, 603 not).
     decoding: bool,
     /// While [`render_batch`](RenderWorker::render_batch) runs: the frames whose PNG
     /// compression waits for the end of the batch.
@@ -180,6 +182,35 @@ pub struct CudaWorker {
     batch_ev: Vec<[Event; 5]>,
     /// Around a batch's compression: 0 before, 1 compressed, 2 copied to the slots.
     batch_marks: [Event; 3],
+    /// nvJPEG frames of a batch decoded in one call ([`CudaWorker::decode_together`]).
+    together: DecodedTogether,
+    /// Where the frame being rendered was decoded by [`CudaWorker::decode_together`], if it was.
+    predecoded: Option<(u64, Decoded)>,
+    /// Whether the last GPU-decoded frame went to nvJPEG, whose batched decoders take
+    /// [`DECODE_BATCH_MAX`] frames in about the time of one (`bench decode --batches`).
+    decoding_nvjpeg: bool,
+}
+
+/// The frames of a batch that nvJPEG decoded in one call.
+struct DecodedTogether {
+    /// Per position among them: the decoded values.
+    buffers: Vec<Option<DeviceBuffer>>,
+    /// Around the last such call, whose time its frames share.
+    ev: [Event; 2],
+    frames: usize,
+    /// Whether this worker's frames suit the batched decoders (a frame they refuse, rather
+    /// than a damaged one, turns them off: frames are then decoded one by one).
+    usable: bool,
+}
+
+impl DecodedTogether {
+    /// Each frame's share of the last call's time; the stream must have passed its end.
+    fn share(&self) -> Result<Duration, CudaError> {
+        let ms = Event::elapsed_ms(&self.ev[0], &self.ev[1])?.max(0.0) as f64;
+        Ok(Duration::from_secs_f64(
+            ms / 1e3 / self.frames.max(1) as f64,
+        ))
+    }
 }
 
 /// A frame of a batch whose filtered rows wait in device memory for the batch's one nvCOMP
@@ -195,6 +226,9 @@ struct Deferred {
     cap: usize,
     /// Whether a GPU codec decoded it (its decode events hold a time).
     decoded: bool,
+    /// Whether it was decoded with other frames of the batch (its share of that call is its
+    /// decode time).
+    decoded_together: bool,
 }
 
 /// Where the frame's stored values are when the chain starts.
@@ -335,6 +369,14 @@ impl CudaWorker {
             batch_rows: Vec::new(),
             batch_ev: Vec::new(),
             batch_marks,
+            together: DecodedTogether {
+                buffers: Vec::new(),
+                ev: [Event::new(&device)?, Event::new(&device)?],
+                frames: 0,
+                usable: true,
+            },
+            predecoded: None,
+            decoding_nvjpeg: false,
         })
     }
 
@@ -1007,6 +1049,7 @@ impl CudaWorker {
                 rows,
                 cap,
                 decoded: false,
+                decoded_together: false,
             });
         }
         Ok(RenderOutcome {
@@ -1138,7 +1181,9 @@ impl CudaWorker {
             };
             let timings = RenderTimings {
                 transfer_in: ms(0, 1).map_err(cuda)?,
-                decode: if d.decoded {
+                decode: if d.decoded_together {
+                    self.together.share().map_err(cuda)?
+                } else if d.decoded {
                     ms(3, 4).map_err(cuda)?
                 } else {
                     Duration::ZERO
@@ -1407,8 +1452,15 @@ impl RenderWorker for CudaWorker {
     }
 
     fn batch_size(&self) -> usize {
+        if self.decoding {
+            return if self.decoding_nvjpeg && self.together.usable {
+                DECODE_BATCH_MAX
+            } else {
+                1
+            };
+        }
         match self.encoder {
-            Some(WorkerEncoder::Png { .. }) if !self.decoding => self.batch_max,
+            Some(WorkerEncoder::Png { .. }) => self.batch_max,
             _ => 1,
         }
     }
@@ -1421,23 +1473,35 @@ impl RenderWorker for CudaWorker {
         &mut self,
         frames: &mut [BatchFrame<'_>],
     ) -> Vec<Result<RenderOutcome, RenderError>> {
-        let one_by_one = |w: &mut Self, frames: &mut [BatchFrame<'_>]| {
-            frames
+        self.batch = None;
+        if frames.len() < 2 {
+            return frames
                 .iter_mut()
-                .map(|f| w.render(f.plan, f.slot))
-                .collect::<Vec<_>>()
-        };
-        if frames.len() < 2
-            || self.batch_size() < 2
-            || self.ensure_batch_room(frames.len()).is_err()
-        {
-            return one_by_one(self, frames);
+                .map(|f| self.render(f.plan, f.slot))
+                .collect();
+        }
+        let predecoded = self.decode_together(frames);
+        let png = matches!(self.encoder, Some(WorkerEncoder::Png { .. }))
+            && self.ensure_batch_room(frames.len()).is_ok();
+        if !png {
+            return frames
+                .iter_mut()
+                .zip(predecoded)
+                .map(|(f, done)| {
+                    self.predecoded = done;
+                    let result = self.render_one(f.plan, f.slot);
+                    self.predecoded = None;
+                    result
+                })
+                .collect();
         }
         self.batch = Some(Vec::with_capacity(frames.len()));
         let mut results = Vec::with_capacity(frames.len());
-        for (i, f) in frames.iter_mut().enumerate() {
+        for ((i, f), done) in frames.iter_mut().enumerate().zip(predecoded) {
             let before = self.batch.as_ref().map_or(0, Vec::len);
+            self.predecoded = done;
             let result = self.render_one(f.plan, f.slot);
+            self.predecoded = None;
             if let Some(batch) = self.batch.as_mut() {
                 if batch.len() > before {
                     if result.is_err() {
@@ -1517,8 +1581,21 @@ impl CudaWorker {
     ) -> Result<RenderOutcome, RenderError> {
         let mut source = Source::Slot;
         let mut decode_time = Duration::ZERO;
+        let mut together = false;
+        let mut nvjpeg = false;
         if let Some(encoded) = plan.encoded.clone() {
-            match self.gpu_decode(&encoded, slot) {
+            nvjpeg = matches!(
+                encoded.coding.codec,
+                GpuCodec::JpegLossless | GpuCodec::JpegDct
+            );
+            let decoded = match self.predecoded.take() {
+                Some(done) => {
+                    together = true;
+                    Ok(done)
+                }
+                None => self.gpu_decode(&encoded, slot),
+            };
+            match decoded {
                 Ok((ptr, layout)) => {
                     source = Source::Device(ptr);
                     if layout == Decoded::Planar {
@@ -1552,6 +1629,7 @@ impl CudaWorker {
         }
         let plan: &FramePlan = plan;
         self.decoding = matches!(source, Source::Device(_));
+        self.decoding_nvjpeg = self.decoding && nvjpeg;
         let shared = self.shared.clone();
         let strategy =
             shared.strategy(|candidates| self.calibrate(candidates, source, plan, slot))?;
@@ -1563,11 +1641,13 @@ impl CudaWorker {
                 Some(batch) if batch.len() > before => {
                     if let Some(d) = batch.last_mut() {
                         d.decoded = true;
+                        d.decoded_together = together;
                     }
                 }
+                // The stream was synchronized at the end of render_with: the decode's events
+                // are complete.
+                _ if together => decode_time = self.together.share()?,
                 _ => {
-                    // The stream was synchronized at the end of render_with: both events are
-                    // complete.
                     let (a, b) = self.decode_marks();
                     decode_time = Event::elapsed_ms(a, b)
                         .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))?;
@@ -1591,22 +1671,12 @@ impl CudaWorker {
         let bytes = encoded.coding.decoded_bytes();
         let dst = driver::ensure_buffer(&mut self.dev_decoded, &self.stream, bytes)
             .map_err(|e| e.to_string())?;
-        if self.decoder.is_none() {
-            self.decoder = Some(FrameDecoder::new(
-                self.shared.codecs.clone(),
-                self.device_slot,
-                self.stream.clone(),
-            ));
-        }
         self.decode_marks()
             .0
             .record(&self.stream)
             .map_err(|e| e.to_string())?;
-        let decoder = self
-            .decoder
-            .as_mut()
-            .ok_or_else(|| "no GPU decoder".to_string())?;
-        let layout = decoder
+        let layout = self
+            .frame_decoder()
             .decode(encoded, slot.input.bytes(encoded.len), dst)
             .map_err(|e| e.to_string())?;
         self.decode_marks()
@@ -1618,6 +1688,102 @@ impl CudaWorker {
 }
 
 impl CudaWorker {
+    /// This worker's GPU codecs, made on the first compressed frame.
+    fn frame_decoder(&mut self) -> &mut FrameDecoder {
+        let (codecs, slot, stream) = (&self.shared.codecs, self.device_slot, &self.stream);
+        self.decoder
+            .get_or_insert_with(|| FrameDecoder::new(codecs.clone(), slot, stream.clone()))
+    }
+
+    /// Queues the decode of the batch's frames that nvJPEG's batched decoders take — those
+    /// compressed like the first compressed frame, when there are two or more — in one call
+    /// (about the time of one frame's: `bench decode --batches`). Returns per frame where its
+    /// values are; `None` for a frame decoded on its own later (by the GPU or, refused there,
+    /// the CPU), which is every frame when the call fails (a damaged frame among them).
+    fn decode_together(&mut self, frames: &[BatchFrame<'_>]) -> Vec<Option<(u64, Decoded)>> {
+        let mut done = vec![None; frames.len()];
+        if !self.together.usable {
+            return done;
+        }
+        let Some(first) = frames.iter().find_map(|f| f.plan.encoded.clone()) else {
+            return done;
+        };
+        if !matches!(
+            first.coding.codec,
+            GpuCodec::JpegLossless | GpuCodec::JpegDct
+        ) {
+            return done;
+        }
+        let members: Vec<usize> = (0..frames.len())
+            .filter(|&i| {
+                frames[i]
+                    .plan
+                    .encoded
+                    .as_ref()
+                    .is_some_and(|e| e.coding == first.coding)
+            })
+            .collect();
+        if members.len() < 2 {
+            return done;
+        }
+        match self.decode_members(&first, frames, &members) {
+            Ok(dsts) => {
+                for (&i, d) in members.iter().zip(dsts) {
+                    done[i] = Some(d);
+                }
+            }
+            Err(Failure::Unsupported(why)) => {
+                self.together.usable = false;
+                tracing::debug!(
+                    "worker {}: frames decoded one by one from now on: {why}",
+                    self.index
+                );
+            }
+            Err(why) => tracing::debug!(
+                "worker {}: {} frames refused together ({why}); decoding them one by one",
+                self.index,
+                members.len()
+            ),
+        }
+        done
+    }
+
+    /// [`decode_together`](Self::decode_together)'s call for `members` of `frames`, coded as
+    /// `first`.
+    fn decode_members(
+        &mut self,
+        first: &EncodedFrame,
+        frames: &[BatchFrame<'_>],
+        members: &[usize],
+    ) -> Result<Vec<(u64, Decoded)>, Failure> {
+        let device = |e: CudaError| Failure::Device(e.to_string());
+        self.shared.devices[self.device_slot]
+            .bind()
+            .map_err(device)?;
+        let bytes = first.coding.decoded_bytes();
+        if self.together.buffers.len() < members.len() {
+            self.together.buffers.resize_with(members.len(), || None);
+        }
+        let mut dsts = Vec::with_capacity(members.len());
+        for buffer in &mut self.together.buffers[..members.len()] {
+            dsts.push(driver::ensure_buffer(buffer, &self.stream, bytes).map_err(device)?);
+        }
+        let mut data = Vec::with_capacity(members.len());
+        for &i in members {
+            let len = frames[i].plan.encoded.as_ref().map_or(0, |e| e.len);
+            data.push(frames[i].slot.input.bytes(len));
+        }
+        self.together.ev[0].record(&self.stream).map_err(device)?;
+        let layout = self.frame_decoder().decode_batch(first, &data, &dsts)?;
+        self.together.ev[1].record(&self.stream).map_err(device)?;
+        self.together.frames = members.len();
+        self.shared.decode_calls.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .decoded_together
+            .fetch_add(members.len() as u64, Ordering::Relaxed);
+        Ok(dsts.into_iter().map(|d| (d, layout)).collect())
+    }
+
     /// Times each candidate strategy on this real frame (best of three) for `transfer = auto`.
     fn calibrate(
         &mut self,
