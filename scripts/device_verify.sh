@@ -11,13 +11,13 @@
 #            before/after benchmarks, dicomflow-BASE.xz (an earlier build)
 #   OUT      where logs and tables go
 #   SECTIONS comma-separated, default all: tests, compare, transfer, host2000, ab2000, resize,
-#            shard, encode, j2k, listen, decode
+#            shard, encode, j2k, nvjpeg, listen, decode
 # STAGE/tools/ (optional) goes first on PATH: tools the machine lacks, such as pngcheck.
 # Each section prints a short table and appends it to OUT/summary.txt.
 set -uo pipefail
 stage=$(readlink -f "$1")
 out=$(readlink -f "$2")
-sections=${3:-tests,compare,transfer,host2000,ab2000,resize,shard,encode,j2k,listen,decode}
+sections=${3:-tests,compare,transfer,host2000,ab2000,resize,shard,encode,j2k,nvjpeg,listen,decode}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out" /tmp/dv-libs /tmp/dv-bin
 summary=$out/summary.txt
@@ -177,6 +177,37 @@ print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline, out {o/1e6:.1f} 
     done
   done
   rm -rf $w
+fi
+
+if want nvjpeg; then
+  # nvJPEG's series (STAGE/decode-data/{jls512,base512,jls2000}: distinct slices made by DCMTK's
+  # dcmcjpeg +e1 / +eb from synth CT, copied up to NVJPEG_SLICES): the CPU backend against the
+  # CUDA backend decoding on the GPU ("all": nvJPEG decodes several frames per call) and not.
+  for spec in ${NVJPEG_SERIES:-jls512:3000 base512:3000 jls2000:300}; do
+    name=${spec%%:*}; want_n=${spec#*:}
+    [ -d "$stage/decode-data/$name" ] || continue
+    w=/dev/shm/dv-nvjpeg; rm -rf $w
+    distinct=$(ls "$stage/decode-data/$name" | wc -l)
+    for i in $(seq 1 $(( (want_n + distinct - 1) / distinct ))); do
+      mkdir -p $w/in/c$i && cp "$stage/decode-data/$name"/* $w/in/c$i/
+    done
+    n=$(find $w/in -type f | wc -l)
+    IFS=';' read -r -a cfgs <<< "${NVJPEG_CONFIGS:-cpu:--backend cpu;gpu-decode:--backend cuda --gpu-decode all;gpu-decode-4-streams:--backend cuda --gpu-decode all --streams 4;gpu-decode+gpu-png:--backend cuda --gpu-decode all --gpu-encode gpu;cpu-decode:--backend cuda --gpu-decode none}"
+    for cfg in "${cfgs[@]}"; do
+      label=${cfg%%:*}; args=${cfg#*:}
+      rm -f $w/r.json; t0=$(date +%s.%N)
+      timeout 120 "$bin" -v run $w/in -o $w/out-$label $args --no-tui --report $w/r.json > $w/log 2>&1
+      rc=$?; t1=$(date +%s.%N)
+      say "   $name x $n $label: rc $rc, $(python3 -c "
+import json; r=json.load(open('$w/r.json')); e=r['result']['elapsed']
+st={s['name']: s for s in r['statistics']['stages']}
+g=st.get('gpu decode', {}); d=st.get('read+decode', {})
+print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline; gpu decode p50 {g.get(\"p50_ms\", 0):.3f} ms busy {g.get(\"busy_fraction\", 0):.2f}; read+decode p50 {d.get(\"p50_ms\", 0):.2f} ms busy {d.get(\"busy_fraction\", 0):.2f}')" 2>/dev/null)"
+      grep -h "GPU decode: \|GPU PNG: " $w/log | sed 's/^.*INFO //' | tee -a "$summary"
+      rm -rf $w/out-$label
+    done
+  done
+  rm -rf /dev/shm/dv-nvjpeg
 fi
 
 if want j2k && [ -d "$stage/decode-data/j2k" ]; then
