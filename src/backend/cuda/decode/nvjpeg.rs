@@ -443,57 +443,6 @@ impl Drop for Session {
     }
 }
 
-/// States initialized for batches of 1, 2, 4, … 64 frames. `nvjpegDecodeBatched` decodes
-/// exactly as many frames as its state was initialized for, and initializing again
-/// (`nvjpegDecodeBatchedInitialize`) between batches of other sizes cost milliseconds per call
-/// in the pipeline (H200, 512² lossless: 8.4 frames per call, 2298 slices/s, against 5378 per
-/// stream in `bench decode --batches 8`, whose size never changes). A batch is padded to the
-/// next size with copies of its last frame, decoded into a scratch buffer nobody reads.
-#[derive(Default)]
-struct Batches {
-    sessions: Vec<Option<Session>>,
-    scratch: Option<DeviceBuffer>,
-}
-
-impl Batches {
-    /// Queues the decode of `data[i]` into `outs[i]` in one call on a session like `like`
-    /// (same handle and stream); `bytes` = one frame's output, `image_at` its descriptor at an
-    /// address.
-    fn decode(
-        &mut self,
-        like: &Session,
-        data: &[&[u8]],
-        mut outs: Vec<Image>,
-        format: c_int,
-        (bytes, image_at): (usize, &dyn Fn(u64) -> Image),
-    ) -> Result<(), Failure> {
-        let n = data.len();
-        let size = n.next_power_of_two();
-        let at = size.trailing_zeros() as usize;
-        if n == 0 || at > 6 {
-            return Err(Failure::Device(format!("batch of {n} frames")));
-        }
-        if self.sessions.len() <= at {
-            self.sessions.resize_with(at + 1, || None);
-        }
-        let mut padded = data.to_vec();
-        if size > n {
-            let scratch = driver::ensure_buffer(&mut self.scratch, &like.stream, bytes)
-                .map_err(|e| Failure::Device(e.to_string()))?;
-            let last = data[n - 1];
-            padded.resize(size, last);
-            outs.extend((n..size).map(|_| image_at(scratch)));
-        }
-        let session = match &mut self.sessions[at] {
-            Some(s) => s,
-            empty => {
-                empty.insert(Session::new(&like.handle, &like.stream).map_err(Failure::Device)?)
-            }
-        };
-        session.decode_batch(&padded, format, &mut outs)
-    }
-}
-
 fn check_dimensions(h: &Header, want: &OutputLayout) -> Result<(), Failure> {
     if (h.width, h.height, h.components) != (want.cols, want.rows, want.components) {
         return Err(Failure::Unsupported(format!(
@@ -507,7 +456,6 @@ fn check_dimensions(h: &Header, want: &OutputLayout) -> Result<(), Failure> {
 /// Lossless JPEG (process 14) for one worker.
 pub struct LosslessDecoder {
     session: Session,
-    batches: Batches,
     /// Rows are decoded with a pitch that is a multiple of this many bytes, into `pitched`,
     /// then packed into the destination (1: straight into the destination).
     pitch_align: usize,
@@ -522,7 +470,6 @@ impl LosslessDecoder {
     ) -> Result<LosslessDecoder, String> {
         Ok(LosslessDecoder {
             session: Session::new(handle, stream)?,
-            batches: Batches::default(),
             pitch_align: pitch_align.max(1),
             pitched: None,
         })
@@ -588,20 +535,17 @@ impl LosslessDecoder {
         for d in data {
             self.check(d, want)?;
         }
-        let image_at = |dst: u64| {
-            let mut out = Image::empty();
-            out.channel[0] = dst as *mut u8;
-            out.pitch[0] = row;
-            out
-        };
-        let outs = dsts.iter().map(|&dst| image_at(dst)).collect();
-        self.batches.decode(
-            &self.session,
-            data,
-            outs,
-            OUTPUT_UNCHANGEDI_U16,
-            (want.bytes(), &image_at),
-        )
+        let mut outs: Vec<Image> = dsts
+            .iter()
+            .map(|&dst| {
+                let mut out = Image::empty();
+                out.channel[0] = dst as *mut u8;
+                out.pitch[0] = row;
+                out
+            })
+            .collect();
+        self.session
+            .decode_batch(data, OUTPUT_UNCHANGEDI_U16, &mut outs)
     }
 
     /// Parses the frame header of `data` and checks that this backend decodes it into `want`.
@@ -650,7 +594,6 @@ pub struct DctDecoder {
     /// The hardware backend's handle (`None` on GPUs without engines) and this worker's session.
     hardware: Option<Arc<Handle>>,
     hardware_session: Option<Session>,
-    hardware_batches: Batches,
     default: Result<Arc<Handle>, String>,
     default_session: Option<Session>,
 }
@@ -665,7 +608,6 @@ impl DctDecoder {
             stream: stream.clone(),
             hardware,
             hardware_session: None,
-            hardware_batches: Batches::default(),
             default,
             default_session: None,
         }
@@ -758,11 +700,11 @@ impl DctDecoder {
                 ));
             }
         }
-        let image_at = |dst: u64| Self::image(layout, want, dst);
-        let outs = dsts.iter().map(|&dst| image_at(dst)).collect();
-        self.hardware_batches
-            .decode(hw, data, outs, format, (want.bytes(), &image_at))
-            .map(|_| layout)
+        let mut outs: Vec<Image> = dsts
+            .iter()
+            .map(|&dst| Self::image(layout, want, dst))
+            .collect();
+        hw.decode_batch(data, format, &mut outs).map(|_| layout)
     }
 
     /// The library's output format and the layout it writes for `want` (`convert`: YBR → RGB).
