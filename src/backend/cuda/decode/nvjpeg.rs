@@ -628,18 +628,7 @@ impl DctDecoder {
         convert: bool,
         dst: u64,
     ) -> Result<DctOutput, Failure> {
-        self.stream
-            .device
-            .bind()
-            .map_err(|e| Failure::Device(e.to_string()))?;
-        if self.hardware_session.is_none() {
-            if let Some(h) = &self.hardware {
-                match Session::new(h, &self.stream) {
-                    Ok(s) => self.hardware_session = Some(s),
-                    Err(_) => self.hardware = None,
-                }
-            }
-        }
+        self.bind()?;
         let (format, layout) = Self::layout(want, convert)?;
         let mut out = Self::image(layout, want, dst);
         if let Some(hw) = self.hardware_session.as_mut() {
@@ -675,18 +664,7 @@ impl DctDecoder {
         convert: bool,
         dsts: &[u64],
     ) -> Result<DctOutput, Failure> {
-        self.stream
-            .device
-            .bind()
-            .map_err(|e| Failure::Device(e.to_string()))?;
-        if self.hardware_session.is_none() {
-            if let Some(h) = &self.hardware {
-                match Session::new(h, &self.stream) {
-                    Ok(s) => self.hardware_session = Some(s),
-                    Err(_) => self.hardware = None,
-                }
-            }
-        }
+        self.bind()?;
         let (format, layout) = Self::layout(want, convert)?;
         let Some(hw) = self.hardware_session.as_mut() else {
             return Err(Failure::Unsupported("no hardware JPEG engines".into()));
@@ -705,6 +683,24 @@ impl DctDecoder {
             .map(|&dst| Self::image(layout, want, dst))
             .collect();
         hw.decode_batch(data, format, &mut outs).map(|_| layout)
+    }
+
+    /// Makes the worker's device current, and its hardware engines' session on first use (a GPU
+    /// without them, or a session that cannot be made, leaves the default backend).
+    fn bind(&mut self) -> Result<(), Failure> {
+        self.stream
+            .device
+            .bind()
+            .map_err(|e| Failure::Device(e.to_string()))?;
+        if self.hardware_session.is_none() {
+            if let Some(h) = &self.hardware {
+                match Session::new(h, &self.stream) {
+                    Ok(s) => self.hardware_session = Some(s),
+                    Err(_) => self.hardware = None,
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The library's output format and the layout it writes for `want` (`convert`: YBR → RGB).
