@@ -3,6 +3,7 @@
 //! (association negotiation, PDUs); this module provides the rest, one job per file:
 //!
 //! * [`dimse`]: command sets (parse requests, encode responses);
+//! * [`wire`]: PDUs off the stream into one buffer, P-DATA-TF as borrowed PDVs;
 //! * [`message`]: PDVs → messages (commands over several PDVs, data sets streamed);
 //! * [`spool`]: received instances made durable before they are acknowledged;
 //! * [`association`]: one association's protocol loop, limits and timeouts;
@@ -19,6 +20,7 @@ pub mod scu;
 pub mod server;
 pub mod spool;
 pub mod syntaxes;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
