@@ -57,6 +57,10 @@ pub enum WireError {
          {left} left in the PDU"
     )]
     ItemPastEnd { at: usize, needs: u64, left: usize },
+    /// dicom-ul found a PDU incomplete that its header says is whole (not expected: its
+    /// reader and this one read the same header).
+    #[error("PDU of type {kind:#04x}: dicom-ul found it incomplete")]
+    Incomplete { kind: u8 },
     /// dicom-ul could not parse a PDU other than P-DATA-TF.
     #[error("invalid PDU")]
     Pdu(#[source] ReadError),
@@ -188,14 +192,10 @@ impl PduReader {
     /// After any other error the stream is out of step: end the association.
     pub fn next<R: Read + ?Sized>(&mut self, stream: &mut R) -> Result<Received<'_>, WireError> {
         self.fill(stream, HEADER)?;
-        let Some(&[kind, _, l0, l1, l2, l3]) = self
-            .buf
-            .get(self.start..self.end)
-            .and_then(|b| b.first_chunk::<HEADER>())
-        else {
-            return Err(WireError::Closed); // `fill` returned with fewer bytes: cannot happen
-        };
-        let length = u32::from_be_bytes([l0, l1, l2, l3]);
+        // In bounds: `fill` returned, so `buf[start..end]` holds at least the header.
+        let header = &self.buf[self.start..self.start + HEADER];
+        let kind = header[0];
+        let length = u32::from_be_bytes([header[2], header[3], header[4], header[5]]);
         if length > self.max_pdu {
             return Err(WireError::TooLarge {
                 length,
@@ -211,16 +211,14 @@ impl PduReader {
             self.start = 0;
             self.end = 0;
         }
-        let Some(pdu) = self.buf.get(at..at + total) else {
-            return Err(WireError::Closed); // `fill` returned with fewer bytes: cannot happen
-        };
+        // In bounds: `fill` returned, so the buffer holds the whole PDU from `at`.
+        let pdu = &self.buf[at..at + total];
         if kind == P_DATA_TF {
             return Pdvs::new(&pdu[HEADER..]).map(Received::PData);
         }
         match dicom_ul::pdu::read_pdu(pdu, self.max_pdu, true) {
             Ok(Some(pdu)) => Ok(Received::Other(pdu)),
-            // Whole by construction; dicom-ul would only say "incomplete" for fewer bytes.
-            Ok(None) => Err(WireError::Closed),
+            Ok(None) => Err(WireError::Incomplete { kind }),
             Err(e) => Err(WireError::Pdu(e)),
         }
     }
