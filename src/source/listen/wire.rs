@@ -301,7 +301,7 @@ mod tests {
             self.stall = !self.stall;
             if !self.stall {
                 self.stalls += 1;
-                let kind = if self.stalls % 2 == 0 {
+                let kind = if self.stalls.is_multiple_of(2) {
                     ErrorKind::WouldBlock
                 } else {
                     ErrorKind::TimedOut
