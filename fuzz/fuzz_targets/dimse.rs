@@ -1,6 +1,6 @@
 //! The listener's side of the DICOM protocol on arbitrary bytes, as they would come from a
-//! peer once an association is established: PDUs are read from the bytes (dicom-ul's reader,
-//! with the listener's size limit and strictness), their PDVs go through the message assembler
+//! peer once an association is established: PDUs are read from the bytes (the listener's own
+//! reader, `wire`, with its size limit), their PDVs go through the message assembler
 //! (commands over several PDVs, data sets streamed), and every complete command set is parsed
 //! and interpreted as a request. The raw bytes are also parsed as a command set and as a
 //! response directly. Errors are expected; a panic, an abort, a hang or an allocation beyond
@@ -12,6 +12,7 @@ use libfuzzer_sys::fuzz_target;
 
 use dicomflow::source::listen::dimse::{parse_command, response_status};
 use dicomflow::source::listen::message::{MessageReader, Step};
+use dicomflow::source::listen::wire::{PduReader, Received};
 
 /// The listener's largest PDU, as in `listen.max_pdu` (small, so long inputs hold several).
 const MAX_PDU: u32 = 16_384;
@@ -23,20 +24,15 @@ fuzz_target!(|data: &[u8]| {
     let _ = response_status(data);
 
     let mut reader = MessageReader::new(MAX_COMMAND);
-    let mut buf = data;
+    let mut wire = PduReader::new(MAX_PDU, &[]);
+    let mut stream = data;
     let mut data_bytes = 0usize;
-    loop {
-        let mut cursor = std::io::Cursor::new(buf);
-        let pdu = match dicom_ul::read_pdu(&mut cursor, MAX_PDU, true) {
-            Ok(Some(pdu)) => pdu,
-            // Incomplete or invalid: the listener waits for more bytes or aborts.
-            Ok(None) | Err(_) => break,
-        };
-        buf = &buf[cursor.position() as usize..];
-        let dicom_ul::Pdu::PData { data: pdvs } = pdu else {
+    // Incomplete or invalid: the listener waits for more bytes or aborts.
+    while let Ok(pdu) = wire.next(&mut stream) {
+        let Received::PData(pdvs) = pdu else {
             continue;
         };
-        for pdv in &pdvs {
+        for pdv in pdvs {
             match reader.push(pdv) {
                 Ok(Step::Command { command, .. }) => {
                     let _ = command.request();

@@ -391,6 +391,17 @@ fn hostile_peers_are_dropped_with_a_reason_and_the_listener_keeps_serving() {
     raw.write_all(&[0x09, 0x00, 0x00, 0x00, 0x00, 0x04, 1, 2, 3, 4])
         .unwrap();
     let _ = until_closed(raw);
+    // After the association, PDUs are read by the listener's own reader: a P-DATA-TF header
+    // declaring 4 GiB, and a PDV item whose length is below its own header, both aborted.
+    for pdu in [
+        &[0x04, 0x00, 0xff, 0xff, 0xff, 0xf2][..],
+        &[0x04, 0x00, 0, 0, 0, 6, 0, 0, 0, 1, 1, 3],
+    ] {
+        let mut raw = unknown_pdu_after_association(port, &outgoing);
+        raw.write_all(pdu).unwrap();
+        let got = until_closed(raw);
+        assert_eq!(got.first(), Some(&0x07), "expected an A-ABORT, got {got:?}");
+    }
 
     // A data set with an element claiming 4 GiB: refused with "cannot understand".
     let huge = dir.join("huge.dcm");
@@ -440,6 +451,8 @@ fn hostile_peers_are_dropped_with_a_reason_and_the_listener_keeps_serving() {
     assert!(!text.contains("panicked"), "{text}");
     for why in [
         "Incoming pdu was too large",
+        "too large: length 4294967282",
+        "has length 1 (must be >= 2)",
         "association refused: 2 open",
         "disconnected in the middle of a message",
         "stalled in the middle of a message",

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dicom_ul::association::server::AccessControl;
-use dicom_ul::association::Association;
+use dicom_ul::association::{Association, SyncAssociation};
 use dicom_ul::pdu::{
     AbortRQSource, AssociationRJServiceUserReason, PDataValue, PDataValueType,
     PresentationContextResultReason, UserIdentity,
@@ -24,6 +24,7 @@ use super::dimse::{self, status, Request, Response, C_ECHO_RQ, C_STORE_RQ, RESPO
 use super::message::{MessageReader, Step};
 use super::spool::{Incoming, InstanceMeta};
 use super::syntaxes::{is_image_storage, ABSTRACT_SYNTAXES, TRANSFER_SYNTAXES};
+use super::wire::{PduReader, Pdv, Received, WireError};
 use super::Shared;
 use crate::decode::error_chain;
 use crate::source::live::LiveInput;
@@ -70,21 +71,6 @@ impl Drop for OpenGuard<'_> {
             .associations_open
             .fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-/// True when `e` (or what caused it) is a read timeout.
-fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            );
-        }
-        cur = err.source();
-    }
-    false
 }
 
 /// The status and reason for an instance the spool could not take: a full disk is "out of
@@ -294,15 +280,20 @@ impl Session<'_> {
     /// Receives and answers messages until the association ends.
     fn run(&mut self, assoc: &mut ServerAssociation<TcpStream>) -> End {
         let opts = &self.shared.options;
+        // From here on PDUs are read by `wire`; it takes over what dicom-ul read past the
+        // association request.
+        let (stream, read_ahead) = assoc.get_mut();
         // Short reads, so that the stop flag and the timeouts are looked at while waiting.
-        if let Err(e) = assoc.inner_stream().set_read_timeout(Some(TICK)) {
+        if let Err(e) = stream.set_read_timeout(Some(TICK)) {
             return End::Abort(format!("cannot set a read timeout: {e}"));
         }
+        let mut wire = PduReader::new(opts.max_pdu, read_ahead);
+        read_ahead.clear();
         let mut last = Instant::now();
         loop {
-            let pdu = match assoc.receive() {
+            let pdu = match wire.next(assoc.inner_stream()) {
                 Ok(pdu) => pdu,
-                Err(e) if is_timeout(&e) => {
+                Err(WireError::TimedOut) => {
                     let idle = self.reader.is_idle() && matches!(self.pending, Pending::None);
                     if idle && self.stopping() {
                         return End::Stopping;
@@ -317,19 +308,19 @@ impl Session<'_> {
                     }
                     continue;
                 }
-                Err(dicom_ul::association::Error::ConnectionClosed { .. }) => return End::Closed,
+                Err(WireError::Closed) => return End::Closed,
                 Err(e) => return End::Abort(error_chain(&e)),
             };
             last = Instant::now();
             match pdu {
-                Pdu::PData { data } => {
-                    for pdv in &data {
+                Received::PData(pdvs) => {
+                    for pdv in pdvs {
                         if let Err(end) = self.pdv(assoc, pdv) {
                             return end;
                         }
                     }
                 }
-                Pdu::ReleaseRQ => {
+                Received::Other(Pdu::ReleaseRQ) => {
                     if !self.reader.is_idle() {
                         tracing::warn!(
                             "{} released in the middle of a message; its partial instance was \
@@ -340,14 +331,14 @@ impl Session<'_> {
                     let _ = assoc.send(&Pdu::ReleaseRP);
                     return End::Released;
                 }
-                Pdu::AbortRQ { source } => {
+                Received::Other(Pdu::AbortRQ { source }) => {
                     return End::PeerAborted(match source {
                         AbortRQSource::ServiceUser => "service user".into(),
                         AbortRQSource::ServiceProvider(r) => format!("service provider: {r}"),
                         AbortRQSource::Reserved => "reserved source".into(),
                     })
                 }
-                other => {
+                Received::Other(other) => {
                     return End::Abort(format!("unexpected {}", other.short_description()));
                 }
             }
@@ -355,19 +346,12 @@ impl Session<'_> {
     }
 
     /// Takes one PDV; `Err` ends the association.
-    fn pdv(
-        &mut self,
-        assoc: &mut ServerAssociation<TcpStream>,
-        pdv: &PDataValue,
-    ) -> Result<(), End> {
-        if !self.contexts.contains_key(&pdv.presentation_context_id) {
+    fn pdv(&mut self, assoc: &mut ServerAssociation<TcpStream>, pdv: Pdv<'_>) -> Result<(), End> {
+        if !self.contexts.contains_key(&pdv.context) {
             return Err(End::Abort(format!(
                 "{} on presentation context {}, which was not accepted",
-                match pdv.value_type {
-                    PDataValueType::Command => "command",
-                    PDataValueType::Data => "data",
-                },
-                pdv.presentation_context_id
+                if pdv.is_command { "command" } else { "data" },
+                pdv.context
             )));
         }
         let step = self

@@ -5,9 +5,8 @@
 //! time as they arrive (the caller streams them to the spool), so no instance is ever held
 //! whole in memory.
 
-use dicom_ul::pdu::{PDataValue, PDataValueType};
-
 use super::dimse::{parse_command, CommandError, CommandSet};
+use super::wire::Pdv;
 
 /// Why a stream of PDVs is not a valid sequence of messages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,10 +72,10 @@ impl MessageReader {
     }
 
     /// Takes the next PDV.
-    pub fn push<'a>(&mut self, pdv: &'a PDataValue) -> Result<Step<'a>, MessageError> {
-        let got = pdv.presentation_context_id;
-        match (self.state, &pdv.value_type) {
-            (State::Command { context }, PDataValueType::Command) => {
+    pub fn push<'a>(&mut self, pdv: Pdv<'a>) -> Result<Step<'a>, MessageError> {
+        let got = pdv.context;
+        match (self.state, pdv.is_command) {
+            (State::Command { context }, true) => {
                 if let Some(expected) = context.filter(|&c| c != got) {
                     return Err(MessageError::ContextChanged { expected, got });
                 }
@@ -85,7 +84,7 @@ impl MessageReader {
                         limit: self.max_command,
                     });
                 }
-                self.command.extend_from_slice(&pdv.data);
+                self.command.extend_from_slice(pdv.data);
                 if !pdv.is_last {
                     self.state = State::Command { context: Some(got) };
                     return Ok(Step::Pending);
@@ -105,10 +104,10 @@ impl MessageReader {
                     command,
                 })
             }
-            (State::Command { .. }, PDataValueType::Data) => {
+            (State::Command { .. }, false) => {
                 Err(MessageError::DataWithoutCommand { context: got })
             }
-            (State::Data { context }, PDataValueType::Data) => {
+            (State::Data { context }, false) => {
                 if context != got {
                     return Err(MessageError::ContextChanged {
                         expected: context,
@@ -119,13 +118,11 @@ impl MessageReader {
                     self.state = State::Command { context: None };
                 }
                 Ok(Step::Data {
-                    bytes: &pdv.data,
+                    bytes: pdv.data,
                     last: pdv.is_last,
                 })
             }
-            (State::Data { .. }, PDataValueType::Command) => {
-                Err(MessageError::CommandInsideData { context: got })
-            }
+            (State::Data { .. }, true) => Err(MessageError::CommandInsideData { context: got }),
         }
     }
 }
@@ -135,16 +132,12 @@ mod tests {
     use super::super::dimse::{encode_request, C_ECHO_RQ, C_STORE_RQ};
     use super::*;
 
-    fn pdv(context: u8, command: bool, last: bool, data: &[u8]) -> PDataValue {
-        PDataValue {
-            presentation_context_id: context,
-            value_type: if command {
-                PDataValueType::Command
-            } else {
-                PDataValueType::Data
-            },
-            is_last: last,
-            data: data.to_vec(),
+    fn pdv(context: u8, is_command: bool, is_last: bool, data: &[u8]) -> Pdv<'_> {
+        Pdv {
+            context,
+            is_command,
+            is_last,
+            data,
         }
     }
 
@@ -156,17 +149,17 @@ mod tests {
         // The command in three fragments, as some SCUs send it.
         let (a, rest) = cmd.split_at(5);
         let (b, c) = rest.split_at(20);
-        assert_eq!(r.push(&pdv(3, true, false, a)).unwrap(), Step::Pending);
+        assert_eq!(r.push(pdv(3, true, false, a)).unwrap(), Step::Pending);
         assert!(!r.is_idle());
-        assert_eq!(r.push(&pdv(3, true, false, b)).unwrap(), Step::Pending);
-        let Step::Command { context, command } = r.push(&pdv(3, true, true, c)).unwrap() else {
+        assert_eq!(r.push(pdv(3, true, false, b)).unwrap(), Step::Pending);
+        let Step::Command { context, command } = r.push(pdv(3, true, true, c)).unwrap() else {
             panic!("no command");
         };
         assert_eq!(context, 3);
         assert!(command.has_data_set);
         let first = pdv(3, false, false, b"abc");
         assert_eq!(
-            r.push(&first).unwrap(),
+            r.push(first).unwrap(),
             Step::Data {
                 bytes: b"abc",
                 last: false
@@ -174,7 +167,7 @@ mod tests {
         );
         let end = pdv(3, false, true, b"de");
         assert_eq!(
-            r.push(&end).unwrap(),
+            r.push(end).unwrap(),
             Step::Data {
                 bytes: b"de",
                 last: true
@@ -184,7 +177,7 @@ mod tests {
         // An echo: no data set, the reader is idle at once.
         let echo = encode_request(C_ECHO_RQ, 6, "1.2.840.10008.1.1", None);
         assert!(matches!(
-            r.push(&pdv(1, true, true, &echo)).unwrap(),
+            r.push(pdv(1, true, true, &echo)).unwrap(),
             Step::Command { context: 1, .. }
         ));
         assert!(r.is_idle());
@@ -195,26 +188,26 @@ mod tests {
         let cmd = encode_request(C_STORE_RQ, 5, "1.2.840.10008.5.1.4.1.1.2", Some("1.2.3"));
         let mut r = MessageReader::new(1024);
         assert_eq!(
-            r.push(&pdv(1, false, true, b"x")),
+            r.push(pdv(1, false, true, b"x")),
             Err(MessageError::DataWithoutCommand { context: 1 })
         );
         let mut r = MessageReader::new(1024);
-        r.push(&pdv(1, true, false, &cmd[..4])).unwrap();
+        r.push(pdv(1, true, false, &cmd[..4])).unwrap();
         assert_eq!(
-            r.push(&pdv(3, true, true, &cmd[4..])),
+            r.push(pdv(3, true, true, &cmd[4..])),
             Err(MessageError::ContextChanged {
                 expected: 1,
                 got: 3
             })
         );
         let mut r = MessageReader::new(1024);
-        r.push(&pdv(1, true, true, &cmd)).unwrap();
+        r.push(pdv(1, true, true, &cmd)).unwrap();
         assert_eq!(
-            r.push(&pdv(1, true, true, &cmd)),
+            r.push(pdv(1, true, true, &cmd)),
             Err(MessageError::CommandInsideData { context: 1 })
         );
         assert_eq!(
-            r.push(&pdv(5, false, true, b"x")),
+            r.push(pdv(5, false, true, b"x")),
             Err(MessageError::ContextChanged {
                 expected: 1,
                 got: 5
@@ -222,12 +215,12 @@ mod tests {
         );
         let mut r = MessageReader::new(16);
         assert_eq!(
-            r.push(&pdv(1, true, true, &cmd)),
+            r.push(pdv(1, true, true, &cmd)),
             Err(MessageError::CommandTooLong { limit: 16 })
         );
         let mut r = MessageReader::new(1024);
         assert!(matches!(
-            r.push(&pdv(1, true, true, b"garbage!")),
+            r.push(pdv(1, true, true, b"garbage!")),
             Err(MessageError::Command(_))
         ));
     }

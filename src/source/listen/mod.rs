@@ -1,8 +1,10 @@
 //! `dicomflow listen`: a Storage SCP (C-STORE) and Verification SCP (C-ECHO) whose received
 //! instances enter the same pipeline as `run`'s files. dicom-ul provides the Upper Layer
-//! (association negotiation, PDUs); this module provides the rest, one job per file:
+//! (association negotiation, PDU encoding and parsing, except that P-DATA-TF PDUs are read
+//! here without its copies); this module provides the rest, one job per file:
 //!
 //! * [`dimse`]: command sets (parse requests, encode responses);
+//! * [`wire`]: PDUs off the stream into one buffer, P-DATA-TF as borrowed PDVs;
 //! * [`message`]: PDVs → messages (commands over several PDVs, data sets streamed);
 //! * [`spool`]: received instances made durable before they are acknowledged;
 //! * [`association`]: one association's protocol loop, limits and timeouts;
@@ -19,6 +21,7 @@ pub mod scu;
 pub mod server;
 pub mod spool;
 pub mod syntaxes;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
