@@ -92,11 +92,10 @@ pub(crate) struct Shared {
     gpu_decoded: AtomicU64,
     decode_fallbacks: AtomicU64,
     /// nvCOMP calls made for PNG output, and the frames they compressed.
-    png_calls: AtomicU64,
-    png_frames: AtomicU64,
+    /// nvCOMP calls and the frames they compressed.
+    png_calls: Calls,
     /// nvJPEG calls that decoded several frames, and those frames.
-    decode_calls: AtomicU64,
-    decoded_together: AtomicU64,
+    decode_calls: Calls,
     /// The encoder the workers run after rendering, when the GPU encodes.
     encoder: Option<GpuEncoder>,
     /// What [`BackendInfo::encoder`] and `encoder_reason` say.
@@ -441,6 +440,35 @@ fn pinned_budget(gpu: &GpuOptions) -> u64 {
     }
 }
 
+/// Library calls that took several frames each, counted across the workers.
+#[derive(Default)]
+struct Calls {
+    calls: AtomicU64,
+    frames: AtomicU64,
+}
+
+impl Calls {
+    /// One call for `frames` frames.
+    fn add(&self, frames: usize) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.frames.fetch_add(frames as u64, Ordering::Relaxed);
+    }
+
+    /// "WHAT: F frames in C CALLS (X per call)", when there was a call (the tests read it).
+    fn said(&self, what: &str, calls_of: &str) -> Option<String> {
+        let (calls, frames) = (
+            self.calls.load(Ordering::Relaxed),
+            self.frames.load(Ordering::Relaxed),
+        );
+        (calls > 0).then(|| {
+            format!(
+                "{what}: {frames} frames in {calls} {calls_of} ({:.1} per call)",
+                frames as f64 / calls as f64
+            )
+        })
+    }
+}
+
 /// The CUDA backend.
 pub struct CudaBackend {
     shared: Arc<Shared>,
@@ -551,10 +579,8 @@ impl CudaBackend {
             codecs,
             gpu_decoded: AtomicU64::new(0),
             decode_fallbacks: AtomicU64::new(0),
-            png_calls: AtomicU64::new(0),
-            png_frames: AtomicU64::new(0),
-            decode_calls: AtomicU64::new(0),
-            decoded_together: AtomicU64::new(0),
+            png_calls: Calls::default(),
+            decode_calls: Calls::default(),
             encoder,
             encoder_line,
         });
@@ -710,25 +736,16 @@ impl Backend for CudaBackend {
                  (stream-ordered), {pinned} page-locked"
             );
         }
-        let (calls, frames) = (
-            self.shared.png_calls.load(Ordering::Relaxed),
-            self.shared.png_frames.load(Ordering::Relaxed),
-        );
-        if calls > 0 {
-            tracing::info!(
-                "GPU PNG: {frames} frames in {calls} nvCOMP calls ({:.1} per call)",
-                frames as f64 / calls as f64
-            );
-        }
-        let (calls, frames) = (
-            self.shared.decode_calls.load(Ordering::Relaxed),
-            self.shared.decoded_together.load(Ordering::Relaxed),
-        );
-        if calls > 0 {
-            tracing::info!(
-                "GPU decode: {frames} frames in {calls} batched nvJPEG calls ({:.1} per call)",
-                frames as f64 / calls as f64
-            );
+        for line in [
+            self.shared.png_calls.said("GPU PNG", "nvCOMP calls"),
+            self.shared
+                .decode_calls
+                .said("GPU decode", "batched nvJPEG calls"),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            tracing::info!("{line}");
         }
         self.pinned.clear_stock();
         self.shared.publish();

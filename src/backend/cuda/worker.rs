@@ -1118,10 +1118,7 @@ impl CudaWorker {
             .queue_batch(&inputs, None)
             .map_err(|e| RenderError::Internal(format!("GPU PNG encoder: {e}")))?;
         self.batch_marks[1].record(&self.stream).map_err(cuda)?;
-        self.shared.png_calls.fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .png_frames
-            .fetch_add(inputs.len() as u64, Ordering::Relaxed);
+        self.shared.png_calls.add(inputs.len());
         // Mapped slots get exactly the stream; heap slots (pageable) the length word first.
         let mut heap = Vec::new();
         for (d, &src) in pending.iter().zip(&packed) {
@@ -1777,10 +1774,7 @@ impl CudaWorker {
         let layout = self.frame_decoder().decode_batch(first, &data, &dsts)?;
         self.together.ev[1].record(&self.stream).map_err(device)?;
         self.together.frames = members.len();
-        self.shared.decode_calls.fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .decoded_together
-            .fetch_add(members.len() as u64, Ordering::Relaxed);
+        self.shared.decode_calls.add(members.len());
         Ok(dsts.into_iter().map(|d| (d, layout)).collect())
     }
 
