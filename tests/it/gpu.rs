@@ -1080,16 +1080,7 @@ fn gpu_decode_jpeg_lossless_in_batches_matches_the_cpu_backend() {
             ],
         );
         assert_exit(&o, 0);
-        let err = stderr(&o);
-        let line = err
-            .lines()
-            .find(|l| l.contains("GPU decode: "))
-            .unwrap_or_else(|| panic!("{encoder}: no batched decode:\n{err}"));
-        // "GPU decode: F frames in C batched nvJPEG calls (X per call)"
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let at = words.iter().position(|w| *w == "decode:").unwrap();
-        let frames: u64 = words[at + 1].parse().unwrap();
-        let calls: u64 = words[at + 4].parse().unwrap();
+        let (line, frames, calls) = batched_calls(&stderr(&o), "GPU decode: ", encoder);
         assert!(calls < frames && frames >= 100, "{encoder}: {line}");
         assert_eq!(gpu_decode_counts(&report), (200, 0), "{encoder}: {line}");
         // Pixels (GPU PNG files differ from the CPU's in their bytes, not their pixels).
@@ -1560,16 +1551,7 @@ fn gpu_png_batches_compress_several_frames_per_call_to_the_cpu_pixels() {
             "--transfer",
             transfer,
         ]);
-        let err = stderr(&out);
-        let line = err
-            .lines()
-            .find(|l| l.contains("GPU PNG: "))
-            .unwrap_or_else(|| panic!("{transfer}: no GPU PNG line:\n{err}"));
-        // "GPU PNG: F frames in C nvCOMP calls (X per call)"
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let at = words.iter().position(|w| *w == "PNG:").unwrap();
-        let frames: u64 = words[at + 1].parse().unwrap();
-        let calls: u64 = words[at + 4].parse().unwrap();
+        let (line, frames, calls) = batched_calls(&stderr(&out), "GPU PNG: ", transfer);
         assert_eq!(frames, 200, "{line}");
         assert!(calls < frames, "{transfer}: no batch formed: {line}");
         eprintln!("{transfer}: {line}");
@@ -1650,6 +1632,20 @@ fn gpu_auto_encodes_png_on_the_gpu_for_large_frames_only() {
         }
     }
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// The backend's closing line about batched library calls ("WHAT: F frames in C … calls (X per
+/// call)", `what` = "GPU PNG: " or "GPU decode: ") in `err`, with F and C.
+fn batched_calls(err: &str, what: &str, run: &str) -> (String, u64, u64) {
+    let line = err
+        .lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("{run}: no `{what}` line:\n{err}"));
+    let after = &line[line.find(what).unwrap() + what.len()..];
+    let words: Vec<&str> = after.split_whitespace().collect();
+    let frames: u64 = words[0].parse().unwrap();
+    let calls: u64 = words[3].parse().unwrap();
+    (line.to_string(), frames, calls)
 }
 
 /// Opens every file with Pillow and runs pngcheck on them, where installed (says so otherwise).
