@@ -203,7 +203,11 @@ import json; r=json.load(open('$w/r.json')); e=r['result']['elapsed']
 st={s['name']: s for s in r['statistics']['stages']}
 g=st.get('gpu decode', {}); d=st.get('read+decode', {})
 print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline; gpu decode p50 {g.get(\"p50_ms\", 0):.3f} ms busy {g.get(\"busy_fraction\", 0):.2f}; read+decode p50 {d.get(\"p50_ms\", 0):.2f} ms busy {d.get(\"busy_fraction\", 0):.2f}')" 2>/dev/null)"
-      grep -h "GPU decode: \|GPU PNG: " $w/log | sed 's/^.*INFO //' | tee -a "$summary"
+      grep -h "GPU decode: \|GPU PNG: \|nvJPEG host time\|codec library allocations" $w/log | sed 's/^.*INFO //' | tee -a "$summary"
+      # NVJPEG_KEEP=1 brings each run's log and report back.
+      if [ -n "${NVJPEG_KEEP:-}" ]; then
+        cp $w/log "$out/nvjpeg-$name-$label.log"; cp $w/r.json "$out/nvjpeg-$name-$label.json" 2>/dev/null
+      fi
       rm -rf $w/out-$label
     done
   done

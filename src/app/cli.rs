@@ -443,6 +443,10 @@ pub struct JobArgs {
     /// Compressed frames decoded on the GPU: lossless, all, none. [default: lossless]
     #[arg(long)]
     pub gpu_decode: Option<String>,
+    /// While nvJPEG starts (about 0.55 s), its frames decode on the CPU, or wait for the GPU:
+    /// cpu, wait. [default: cpu]
+    #[arg(long)]
+    pub gpu_decode_start: Option<String>,
     /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU. [default: 32]
     #[arg(long)]
     pub decode_streams: Option<i64>,
@@ -503,6 +507,7 @@ impl JobArgs {
         r.gpu.gpus = self.gpus.clone().map(RawGpus::Word);
         r.gpu.streams = self.streams;
         r.gpu.decode = self.gpu_decode.clone();
+        r.gpu.decode_start = self.gpu_decode_start.clone();
         r.gpu.decode_streams = self.decode_streams;
         r.gpu.encode = self.gpu_encode.clone();
         r.gpu.encode_batch = self.encode_batch;

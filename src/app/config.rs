@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use dicomflow::backend::options::{
-    BackendChoice, BackendOptions, GpuDecode, GpuEncodeChoice, GpuSelection, PageLocking, Transfer,
+    BackendChoice, BackendOptions, GpuDecode, GpuDecodeStart, GpuEncodeChoice, GpuSelection,
+    PageLocking, Transfer,
 };
 use dicomflow::decode::Damaged;
 use dicomflow::error::FatalError;
@@ -178,6 +179,7 @@ pub struct RawGpu {
     pub kernel_cache: Option<PathBuf>,
     pub library_path: Option<PathBuf>,
     pub decode: Option<String>,
+    pub decode_start: Option<String>,
     pub decode_streams: Option<i64>,
     pub encode: Option<String>,
     pub encode_batch: Option<i64>,
@@ -323,6 +325,7 @@ fn flag_of(key: &str) -> String {
     let flag = match key {
         "output.dir" => "output",
         "gpu.decode" => "gpu-decode",
+        "gpu.decode_start" => "gpu-decode-start",
         "gpu.encode" => "gpu-encode",
         "dashboard.tui" => "tui",
         _ => key.rsplit('.').next().unwrap_or(key),
@@ -747,6 +750,15 @@ impl Settings {
                 "use lossless, all or none",
             )?;
         }
+        if let Some(v) = &g.decode_start {
+            self.backend.gpu.decode_start = one_of(
+                origin,
+                "gpu.decode_start",
+                v,
+                &[("cpu", GpuDecodeStart::Cpu), ("wait", GpuDecodeStart::Wait)],
+                "use cpu or wait",
+            )?;
+        }
         if let Some(v) = &g.encode {
             self.backend.gpu.encode = one_of(
                 origin,
@@ -963,6 +975,7 @@ mod tests {
             ("output.dir", "--output"),
             ("gpu.decode", "--gpu-decode"),
             ("gpu.decode_streams", "--decode-streams"),
+            ("gpu.decode_start", "--gpu-decode-start"),
             ("gpu.encode_batch", "--encode-batch"),
             ("pipeline.max_frame_mib", "--max-frame-mib"),
             ("listen.ae_title", "--ae-title"),
@@ -976,6 +989,11 @@ mod tests {
             ("[pipeline]\nloaders = -3", "pipeline.loaders", "-3"),
             ("[pipeline]\nlayout = \"fused\"", "pipeline.layout", "fused"),
             ("[gpu]\ntransfer = \"dma\"", "gpu.transfer", "dma"),
+            (
+                "[gpu]\ndecode_start = \"later\"",
+                "gpu.decode_start",
+                "later",
+            ),
             ("[output]\njpeg_quality = 0", "output.jpeg_quality", "0"),
             ("[output]\nsync = \"always\"", "output.sync", "always"),
             ("[output]\nnaming = \"{../x}\"", "output.naming", "{../x}"),

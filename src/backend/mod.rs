@@ -77,6 +77,9 @@ pub struct OutputWish {
     /// at a time (nvJPEG: JPEG lossless, and baseline/extended when `gpu.decode = "all"`):
     /// the ring then holds room for such batches.
     pub first_frame_decoded_in_batches: bool,
+    /// The GPU codec family of the job's first file's syntax, if it has one: its handles are
+    /// made first, and with nvJPEG its start is paid off the pipeline (`gpu.decode_start`).
+    pub first_frame_codec: Option<crate::decode::compressed::GpuCodec>,
 }
 
 impl Default for OutputWish {
@@ -86,6 +89,7 @@ impl Default for OutputWish {
             gpu_encode: Err("no output format given".into()),
             first_frame_pixels: None,
             first_frame_decoded_in_batches: false,
+            first_frame_codec: None,
         }
     }
 }
@@ -186,6 +190,13 @@ pub trait Backend: Send + Sync {
     fn gpu_route(&self) -> GpuRoute {
         GpuRoute::NONE
     }
+    /// What the loaders do with a file of `codec` that the route takes; asked once per such
+    /// file. While the codec starts (`gpu.decode_start = "cpu"`) they decode it on the CPU.
+    fn gpu_start(&self, _codec: crate::decode::compressed::GpuCodec) -> cuda::decode::GpuStart {
+        cuda::decode::GpuStart::Now
+    }
+    /// A loader's copy of a frame whose codec starts ([`Backend::gpu_start`] asked for one).
+    fn gpu_sample(&self, _sample: cuda::decode::Sample) {}
     /// The most frames a render worker takes in one [`RenderWorker::render_batch`] call (the
     /// ring needs that many slots per worker, and one more for the frame being loaded).
     fn frames_per_call(&self) -> usize {

@@ -159,6 +159,22 @@ impl Backend for WarmStart {
         }
     }
 
+    fn gpu_start(
+        &self,
+        codec: crate::decode::compressed::GpuCodec,
+    ) -> super::cuda::decode::GpuStart {
+        match self.cuda.get() {
+            Some(Ok(b)) => b.gpu_start(codec),
+            _ => super::cuda::decode::GpuStart::Meanwhile { sample: false },
+        }
+    }
+
+    fn gpu_sample(&self, sample: super::cuda::decode::Sample) {
+        if let Some(Ok(b)) = self.cuda.get() {
+            b.gpu_sample(sample);
+        }
+    }
+
     fn finish(&self) {
         // A job shorter than the driver's start does not wait for it: the binary leaves with
         // _exit, and library users may call `wait_ready`.

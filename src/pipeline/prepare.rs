@@ -50,6 +50,9 @@ pub fn select_backend_for(
     }
     if options.choice != BackendChoice::Cpu {
         wish.first_frame_decoded_in_batches = first.decoded_in_batches(options.gpu.decode);
+        wish.first_frame_codec = first
+            .info()
+            .and_then(|info| GpuCodec::of(&info.transfer_syntax));
     }
     let tuned = with_decode_streams(options, &first);
     let options = tuned.as_ref().unwrap_or(options);
@@ -123,6 +126,7 @@ pub fn output_wish(output: &OutputOptions) -> OutputWish {
         gpu_encode,
         first_frame_pixels: None,
         first_frame_decoded_in_batches: false,
+        first_frame_codec: None,
     }
 }
 

@@ -12,6 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use std::sync::Arc;
 
+use crate::backend::cuda::decode::{GpuStart, Sample};
 use crate::backend::{BatchFrame, Encoded, RenderWorker};
 use crate::decode::compressed::{self, EncodedFrame, FrameCoding};
 use crate::decode::info::SourceHeader;
@@ -581,7 +582,8 @@ fn load_file(
     let route = ctx.backend.gpu_route();
     let coding = FrameCoding::of(&info)
         .filter(|c| route.codec(c.codec))
-        .map(std::sync::Arc::new);
+        .map(std::sync::Arc::new)
+        .filter(|c| gpu_starts(ctx, &file, c, route, scratch));
     for (f, output) in outputs.into_iter().enumerate() {
         let frame = f as u32;
         if !selection.contains(frame, info.frames) {
@@ -749,6 +751,30 @@ fn load_file(
         if let Err(crossbeam_channel::SendError(job)) = tx.send(job) {
             ctx.pool.give_back(job.slot);
             return;
+        }
+    }
+}
+
+/// Whether the frames of `file`, coded as `coding` (which the route takes), go to the GPU now;
+/// while the codec starts they are decoded here, and the first such file hands a copy of its
+/// first frame to the backend, whose codec thread starts the library with it
+/// (backend/cuda/decode/start.rs).
+fn gpu_starts(
+    ctx: &Context,
+    file: &ImageFile,
+    coding: &std::sync::Arc<FrameCoding>,
+    route: compressed::GpuRoute,
+    scratch: &mut Vec<u8>,
+) -> bool {
+    match ctx.backend.gpu_start(coding.codec) {
+        GpuStart::Now => true,
+        GpuStart::Meanwhile { sample: false } => false,
+        GpuStart::Meanwhile { sample: true } => {
+            if let Some(frame) = encoded_frame(file, coding, 0, route, scratch) {
+                let bytes = scratch.get(..frame.len).unwrap_or_default().to_vec();
+                ctx.backend.gpu_sample(Sample { frame, bytes });
+            }
+            false
         }
     }
 }

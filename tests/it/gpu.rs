@@ -848,6 +848,7 @@ fn codecs_or_skip(test: &str) -> bool {
     let codecs = dicomflow::backend::cuda::decode::Codecs::load(
         &dicomflow::backend::options::GpuOptions::default(),
         1,
+        None,
     );
     let route = codecs.route();
     if route.jpeg2000 && route.jpeg_lossless {
@@ -962,6 +963,9 @@ fn gpu_decode_lossless_fixtures_match_the_cpu_backend_for_every_strategy() {
                 transfer,
                 "--gpu-decode",
                 policy,
+                // Every frame a GPU codec takes goes to it (not the CPU while nvJPEG starts).
+                "--gpu-decode-start",
+                "wait",
             ],
         );
         assert_exit(&o, 0);
@@ -1007,7 +1011,14 @@ fn gpu_decode_200_slice_lossless_series_match_the_cpu_backend() {
     let (o, report) = run_report(
         &[&inputs],
         &root.join("cuda"),
-        &["--backend", "cuda", "--gpu-decode", "all"],
+        &[
+            "--backend",
+            "cuda",
+            "--gpu-decode",
+            "all",
+            "--gpu-decode-start",
+            "wait",
+        ],
     );
     assert_exit(&o, 0);
     assert_same_outputs(&outputs(&root.join("cuda")), &expected, "200-slice series");
@@ -1029,6 +1040,60 @@ fn gpu_decode_200_slice_lossless_series_match_the_cpu_backend() {
          stage: {} slices, p50 {} ms",
         stage["count"], stage["p50_ms"]
     );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// With the default `gpu.decode_start = "cpu"`, JPEG lossless frames bound for nvJPEG are
+/// decoded on the CPU until a worker has decoded one on the GPU: 400 slices render to the CPU
+/// backend's output, none goes through the CPU fallback, and the frames the GPU did not decode
+/// are exactly those the closing line says the CPU decoded while nvJPEG started.
+#[test]
+fn gpu_decode_start_on_the_cpu_renders_what_arrives_before_nvjpeg_is_ready() {
+    let test = "gpu_decode_start_on_the_cpu_renders_what_arrives_before_nvjpeg_is_ready";
+    if !codecs_or_skip(test) {
+        return;
+    }
+    let here = repo_path("tests/fixtures/gpu_decode/series_jls");
+    let root = tempdir("gpu-decode-start");
+    for copy in 0..40 {
+        let dir = root.join("in").join(format!("copy{copy:02}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(&here).unwrap().flatten() {
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+    }
+    let inputs = root.join("in");
+    let (o, _) = run_report(&[&inputs], &root.join("cpu"), &["--backend", "cpu"]);
+    assert_exit(&o, 0);
+    let expected = outputs(&root.join("cpu"));
+    assert_eq!(expected.len(), 400);
+    let (o, report) = run_report(
+        &[&inputs],
+        &root.join("cuda"),
+        &["-v", "--backend", "cuda", "--gpu-decode", "all"],
+    );
+    assert_exit(&o, 0);
+    assert_same_outputs(
+        &outputs(&root.join("cuda")),
+        &expected,
+        "decode start on the CPU",
+    );
+    let (decoded, fallback) = gpu_decode_counts(&report);
+    assert_eq!(fallback, 0);
+    let err = stderr(&o);
+    let meanwhile = err
+        .lines()
+        .find_map(|l| {
+            let rest = l.split("GPU decode start: ").nth(1)?;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .unwrap_or(0);
+    assert_eq!(
+        decoded + meanwhile,
+        400,
+        "GPU decoded {decoded}, CPU meanwhile {meanwhile}: {err}"
+    );
+    eprintln!("{decoded} slices decoded on the GPU, {meanwhile} on the CPU while nvJPEG started");
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -1073,6 +1138,8 @@ fn gpu_decode_jpeg_lossless_in_batches_matches_the_cpu_backend() {
                 "cuda",
                 "--gpu-decode",
                 "all",
+                "--gpu-decode-start",
+                "wait",
                 "--streams",
                 "1",
                 "--gpu-encode",
@@ -1119,7 +1186,14 @@ fn gpu_decode_damaged_frames_are_reported_alone_and_the_run_goes_on() {
     let (o, report) = run_report(
         &[&inputs],
         &root.join("cuda"),
-        &["--backend", "cuda", "--gpu-decode", "all"],
+        &[
+            "--backend",
+            "cuda",
+            "--gpu-decode",
+            "all",
+            "--gpu-decode-start",
+            "wait",
+        ],
     );
     let stderr = stderr(&o);
     assert!(

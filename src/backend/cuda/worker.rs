@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::decode::nvjpeg::{BatchPart, BATCH_TIMES};
 use super::decode::{Decoded, Failure, FrameDecoder};
 use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
 use super::encode::{packed_len, GpuPng, PngInput, PACKED_HEADER};
@@ -1477,11 +1478,14 @@ impl RenderWorker for CudaWorker {
                 .map(|f| self.render(f.plan, f.slot))
                 .collect();
         }
+        let whole = Instant::now();
         let predecoded = self.decode_together(frames);
+        let together = predecoded.iter().any(Option::is_some);
         let png = matches!(self.encoder, Some(WorkerEncoder::Png { .. }))
             && self.ensure_batch_room(frames.len()).is_ok();
         if !png {
-            return frames
+            let rendering = Instant::now();
+            let results = frames
                 .iter_mut()
                 .zip(predecoded)
                 .map(|(f, done)| {
@@ -1491,6 +1495,11 @@ impl RenderWorker for CudaWorker {
                     result
                 })
                 .collect();
+            if together {
+                BATCH_TIMES.add(BatchPart::Render, rendering);
+                BATCH_TIMES.add(BatchPart::Whole, whole);
+            }
+            return results;
         }
         self.batch = Some(Vec::with_capacity(frames.len()));
         let mut results = Vec::with_capacity(frames.len());
@@ -1537,6 +1546,9 @@ impl RenderWorker for CudaWorker {
                     }
                 }
             }
+        }
+        if together {
+            BATCH_TIMES.add(BatchPart::Whole, whole);
         }
         results
     }
@@ -1592,6 +1604,7 @@ impl CudaWorker {
                 }
                 None => self.gpu_decode(&encoded, slot),
             };
+
             match decoded {
                 Ok((ptr, layout)) => {
                     source = Source::Device(ptr);

@@ -12,12 +12,20 @@ pub mod alloc;
 mod ffi;
 pub mod nvjpeg;
 pub mod nvjpeg2k;
+mod start;
 
 use std::sync::{Arc, OnceLock};
 
 use super::driver::{Device, Stream};
 use crate::backend::options::{GpuDecode, GpuOptions};
 use crate::decode::compressed::{EncodedFrame, GpuCodec, GpuRoute};
+use start::StartGate;
+pub use start::{GpuStart, Sample};
+
+/// How long the codec thread waits for a loader's sample of the gated codec (start.rs): the
+/// first file is opened within milliseconds of the pipeline's start, long before a handle
+/// exists, unless its frames are not for the GPU after all.
+const SAMPLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Row pitch alignment of lossless JPEG output: 1 = rows packed, straight into the frame's
 /// buffer.
@@ -86,12 +94,15 @@ pub struct Codecs {
     devices: Vec<DeviceHandles>,
     /// Pitch alignment of lossless JPEG output rows (see nvjpeg::LosslessDecoder).
     lossless_pitch_align: usize,
+    /// When nvJPEG's codecs start taking frames (`gpu.decode_start`).
+    gate: StartGate,
 }
 
 impl Codecs {
     /// Loads the libraries `settings.gpu_decode` may use (none for `"none"`), searching
     /// `gpu.library_path` first, for a backend with `devices` GPUs.
-    pub fn load(gpu: &GpuOptions, devices: usize) -> Codecs {
+    /// `first`: the GPU codec of the first input file's syntax, if any (start.rs).
+    pub fn load(gpu: &GpuOptions, devices: usize, first: Option<GpuCodec>) -> Codecs {
         let configured = gpu.library_path.as_deref();
         let off = "gpu.decode = \"none\"".to_string();
         let (nvjpeg2k, nvjpeg) = match gpu.decode {
@@ -115,7 +126,27 @@ impl Codecs {
             nvjpeg,
             devices: (0..devices).map(|_| DeviceHandles::default()).collect(),
             lossless_pitch_align: LOSSLESS_PITCH_ALIGN,
+            gate: StartGate::new(
+                gpu.decode_start,
+                first.filter(|_| gpu.decode == GpuDecode::All),
+            ),
         }
+    }
+
+    /// What the loaders do with a file of `codec` that the route takes (`gpu.decode_start`;
+    /// start.rs). Asked once per file.
+    pub fn start(&self, codec: GpuCodec) -> GpuStart {
+        self.gate.start(codec)
+    }
+
+    /// A loader's copy of a frame of the codec that starts, for its first decode.
+    pub fn offer(&self, sample: Sample) {
+        self.gate.offer(sample);
+    }
+
+    /// The line for the log when the run ends: files the CPU decoded while nvJPEG started.
+    pub fn start_said(&self) -> Option<String> {
+        self.gate.said()
     }
 
     /// Sets the row pitch alignment of lossless JPEG output (`bench decode` compares values).
@@ -198,11 +229,16 @@ impl Codecs {
         Ok((hw, sw))
     }
 
-    /// Creates the JPEG 2000 and lossless JPEG handles of every device now, on a background
-    /// thread, so that the first compressed frames do not wait for them (creating a handle
-    /// starts the library's CUDA runtime; workers that need one meanwhile wait for it).
+    /// Creates the codec handles of every device now, on a background thread, so that the
+    /// first compressed frames do not wait for them (creating a handle starts the library's
+    /// CUDA runtime; workers that need one meanwhile wait for it). When the first input file
+    /// is for nvJPEG and its start is gated (start.rs), only that codec's handles, then its
+    /// first decode of the sample a loader hands over, on a stream of its own, after which the
+    /// gate opens; otherwise the JPEG 2000 handles, and the lossless JPEG ones under
+    /// `gpu.decode = "all"` (others are made on first use).
     pub fn prewarm(self: &Arc<Self>, devices: &[Arc<Device>]) {
         if self.policy == GpuDecode::None || (self.nvjpeg2k.is_err() && self.nvjpeg.is_err()) {
+            self.gate.open();
             return;
         }
         let (codecs, devices) = (self.clone(), devices.to_vec());
@@ -210,17 +246,78 @@ impl Codecs {
             .name("codec-init".into())
             .spawn(move || {
                 let t = std::time::Instant::now();
-                for (slot, d) in devices.iter().enumerate() {
-                    let _ = codecs.j2k_handle(slot, d);
-                    let _ = codecs.lossless_handle(slot, d);
+                match codecs.gate.gated() {
+                    Some(codec) => {
+                        for (slot, d) in devices.iter().enumerate() {
+                            let _ = match codec {
+                                GpuCodec::JpegLossless => {
+                                    codecs.lossless_handle(slot, d).map(|_| ())
+                                }
+                                _ => codecs.dct_handles(slot, d).map(|_| ()),
+                            };
+                        }
+                        let made = t.elapsed();
+                        codecs.first_decode(&devices);
+                        codecs.gate.open();
+                        tracing::info!(
+                            "{} started in {:.0} ms (handles {:.0} ms, then a first decode)",
+                            codec.name(),
+                            t.elapsed().as_secs_f64() * 1e3,
+                            made.as_secs_f64() * 1e3
+                        );
+                    }
+                    None => {
+                        for (slot, d) in devices.iter().enumerate() {
+                            let _ = codecs.j2k_handle(slot, d);
+                            if codecs.policy == GpuDecode::All {
+                                let _ = codecs.lossless_handle(slot, d);
+                            }
+                        }
+                        tracing::info!(
+                            "codec handles ready in {:.0} ms",
+                            t.elapsed().as_secs_f64() * 1e3
+                        );
+                    }
                 }
-                tracing::info!(
-                    "codec handles ready in {:.0} ms",
-                    t.elapsed().as_secs_f64() * 1e3
-                );
             });
         if let Err(e) = spawned {
+            // The handles are then made on first use, by the frames that need them.
             tracing::debug!("codec handles will be created on first use: {e}");
+            self.gate.open();
+        }
+    }
+
+    /// Decodes the gate's sample once on each device, on a stream of its own, so that the
+    /// library's one-time start (about 300 ms for the first frame of a process) is paid off the
+    /// pipeline. Whatever the outcome, the caller opens the gate: a sample the GPU refuses says
+    /// nothing about the other frames, and one that never came (the first file's frames went
+    /// to the CPU for a reason of their own) leaves nothing better to wait for.
+    fn first_decode(self: &Arc<Self>, devices: &[Arc<Device>]) {
+        let Some(sample) = self.gate.take_sample(SAMPLE_PATIENCE) else {
+            tracing::debug!("no frame to start nvJPEG with; its first frames pay for its start");
+            return;
+        };
+        for (slot, d) in devices.iter().enumerate() {
+            let done = Stream::new(d)
+                .map_err(|e| e.to_string())
+                .and_then(|stream| {
+                    let mut buffer = None;
+                    let dst = super::driver::ensure_buffer(
+                        &mut buffer,
+                        &stream,
+                        sample.frame.coding.decoded_bytes(),
+                    )
+                    .map_err(|e| e.to_string())?;
+                    let mut decoder = FrameDecoder::new(self.clone(), slot, stream.clone());
+                    let decoded = decoder
+                        .decode(&sample.frame, &sample.bytes, dst)
+                        .map_err(|e| e.to_string());
+                    stream.synchronize().map_err(|e| e.to_string())?;
+                    decoded.map(|_| ())
+                });
+            if let Err(e) = done {
+                tracing::debug!("GPU {}: nvJPEG's first decode: {e}", d.ordinal);
+            }
         }
     }
 

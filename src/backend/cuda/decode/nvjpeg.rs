@@ -10,7 +10,9 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::alloc::{AllocContext, AllocatorV2};
 use super::ffi::{self, check, symbol};
@@ -147,6 +149,68 @@ impl Library {
             path: found.path,
             _lib: lib,
         }))
+    }
+}
+
+/// Where the host time of batched nvJPEG decodes goes, summed over the process and logged when
+/// the backend finishes: a call of eight frames took about 7 ms of a worker's time in the
+/// pipeline against 1.5 ms in `bench decode --batches`, and these parts say which step differs.
+pub struct BatchTimes {
+    /// Nanoseconds: header checks, `nvjpegDecodeBatchedInitialize`, `nvjpegDecodeBatched`,
+    /// then (the worker's) rendering the decoded frames and the whole batch.
+    ns: [AtomicU64; 5],
+    /// Calls of `nvjpegDecodeBatchedInitialize`, and of `nvjpegDecodeBatched`.
+    counts: [AtomicU64; 2],
+}
+
+/// The parts [`BatchTimes`] adds up.
+#[derive(Debug, Clone, Copy)]
+pub enum BatchPart {
+    Headers = 0,
+    Initialize = 1,
+    Decode = 2,
+    Render = 3,
+    Whole = 4,
+}
+
+/// The process's [`BatchTimes`].
+pub static BATCH_TIMES: BatchTimes = BatchTimes {
+    ns: [
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+    ],
+    counts: [AtomicU64::new(0), AtomicU64::new(0)],
+};
+
+impl BatchTimes {
+    /// Adds the time since `since` to `part`.
+    pub fn add(&self, part: BatchPart, since: Instant) {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.ns[part as usize].fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// One line for the log, when there was a batched call.
+    pub fn said(&self) -> Option<String> {
+        let ms = |p: BatchPart| self.ns[p as usize].load(Ordering::Relaxed) as f64 / 1e6;
+        let (inits, calls) = (
+            self.counts[0].load(Ordering::Relaxed),
+            self.counts[1].load(Ordering::Relaxed),
+        );
+        (calls > 0).then(|| {
+            format!(
+                "batched nvJPEG host time: {calls} calls, {:.1} ms whole batches, of which header \
+                 checks {:.1} ms, {inits} initializations {:.1} ms, decode calls {:.1} ms, \
+                 rendering the decoded frames {:.1} ms",
+                ms(BatchPart::Whole),
+                ms(BatchPart::Headers),
+                ms(BatchPart::Initialize),
+                ms(BatchPart::Decode),
+                ms(BatchPart::Render),
+            )
+        })
     }
 }
 
@@ -373,15 +437,19 @@ impl Session {
         if self.batched != Some((format, n)) {
             let size =
                 c_int::try_from(n).map_err(|_| Failure::Device(format!("batch of {n} frames")))?;
+            let t = Instant::now();
             // SAFETY: live handle and state.
             check("nvjpegDecodeBatchedInitialize", unsafe {
                 (f.batched_initialize)(self.handle.raw, self.state, size, 1, format)
             })
             .map_err(Failure::Rejected)?;
+            BATCH_TIMES.add(BatchPart::Initialize, t);
+            BATCH_TIMES.counts[0].fetch_add(1, Ordering::Relaxed);
             self.batched = Some((format, n));
         }
         let ptrs: Vec<*const u8> = data.iter().map(|d| d.as_ptr()).collect();
         let lens: Vec<usize> = data.iter().map(|d| d.len()).collect();
+        let t = Instant::now();
         // SAFETY: n inputs (valid for the call, and held unchanged until the stream is
         // synchronized) and n output descriptors pointing to device memory of the size the
         // caller checked against the headers.
@@ -395,6 +463,8 @@ impl Session {
                 self.stream.raw() as *mut c_void,
             )
         });
+        BATCH_TIMES.add(BatchPart::Decode, t);
+        BATCH_TIMES.counts[1].fetch_add(1, Ordering::Relaxed);
         if r.is_err() {
             // The documentation asks for a new initialization after a failed batch.
             self.batched = None;
@@ -532,9 +602,11 @@ impl LosslessDecoder {
                 self.pitch_align
             )));
         }
+        let t = Instant::now();
         for d in data {
             self.check(d, want)?;
         }
+        BATCH_TIMES.add(BatchPart::Headers, t);
         let mut outs: Vec<Image> = dsts
             .iter()
             .map(|&dst| {
@@ -669,6 +741,7 @@ impl DctDecoder {
         let Some(hw) = self.hardware_session.as_mut() else {
             return Err(Failure::Unsupported("no hardware JPEG engines".into()));
         };
+        let t = Instant::now();
         for d in data {
             let h = hw.header(d)?;
             Self::check(&h, want, layout)?;
@@ -678,6 +751,7 @@ impl DctDecoder {
                 ));
             }
         }
+        BATCH_TIMES.add(BatchPart::Headers, t);
         let mut outs: Vec<Image> = dsts
             .iter()
             .map(|&dst| Self::image(layout, want, dst))
