@@ -80,6 +80,9 @@ pub struct OutputWish {
     /// The GPU codec family of the job's first file's syntax, if it has one: its handles are
     /// made first, and with nvJPEG its start is paid off the pipeline (`gpu.decode_start`).
     pub first_frame_codec: Option<crate::decode::compressed::GpuCodec>,
+    /// With `gpu.decode_start = "cpu"`: why nvJPEG is not worth starting for this job (too
+    /// little input: the CPU decodes all of it), or `None` to start it.
+    pub nvjpeg_start_skipped: Option<String>,
 }
 
 impl Default for OutputWish {
@@ -90,6 +93,7 @@ impl Default for OutputWish {
             first_frame_pixels: None,
             first_frame_decoded_in_batches: false,
             first_frame_codec: None,
+            nvjpeg_start_skipped: None,
         }
     }
 }
@@ -236,4 +240,8 @@ pub trait RenderWorker: Send {
             .map(|f| self.render(f.plan, f.slot))
             .collect()
     }
+
+    /// Called by the render stage after it has handed the last call's frames on: work that
+    /// would otherwise delay them (the CUDA worker's start of nvJPEG, start.rs).
+    fn between_calls(&mut self) {}
 }

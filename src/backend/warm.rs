@@ -287,6 +287,12 @@ impl RenderWorker for WarmWorker {
                 .collect(),
         }
     }
+
+    fn between_calls(&mut self) {
+        if let Some(g) = &mut self.gpu {
+            g.between_calls();
+        }
+    }
 }
 
 /// Whether both halves of the slot are mapped for the GPU.

@@ -10,7 +10,9 @@ use std::sync::{Arc, OnceLock};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::encode::GpuEncodeWish;
 use crate::backend::cuda::CudaBackend;
-use crate::backend::options::{BackendChoice, BackendOptions, GpuDecode, GpuEncodeChoice};
+use crate::backend::options::{
+    BackendChoice, BackendOptions, GpuDecode, GpuDecodeStart, GpuEncodeChoice,
+};
 use crate::backend::{Backend, OutputWish};
 use crate::decode::compressed::GpuCodec;
 use crate::error::FatalError;
@@ -53,6 +55,9 @@ pub fn select_backend_for(
         wish.first_frame_codec = first
             .info()
             .and_then(|info| GpuCodec::of(&info.transfer_syntax));
+        if wish.first_frame_decoded_in_batches && options.gpu.decode_start == GpuDecodeStart::Cpu {
+            wish.nvjpeg_start_skipped = too_small_for_nvjpeg(&job.output.dir, sources);
+        }
     }
     let tuned = with_decode_streams(options, &first);
     let options = tuned.as_ref().unwrap_or(options);
@@ -63,7 +68,12 @@ pub fn select_backend_for(
     match options.choice {
         BackendChoice::Cpu => Ok(Arc::new(CpuBackend::new("requested (backend = cpu)"))),
         BackendChoice::Cuda => {
-            let hint = |workers: usize| first.slot_hint(workers);
+            // The ring's every slot, room for the workers' batches included: slots made
+            // during the run are page-locked under the driver's lock while the first frames
+            // flow (H200, 1000 × 512² JPEG lossless: 62 slots for nvJPEG's batches took
+            // 618 ms of the loaders' time when made on demand).
+            let per_call = crate::backend::cuda::frames_per_call_for(&options.gpu, &wish);
+            let hint = move |workers: usize| first.slot_hint(workers, per_call);
             CudaBackend::new_prepared(
                 &options.gpu,
                 &wish,
@@ -127,6 +137,7 @@ pub fn output_wish(output: &OutputOptions) -> OutputWish {
         first_frame_pixels: None,
         first_frame_decoded_in_batches: false,
         first_frame_codec: None,
+        nvjpeg_start_skipped: None,
     }
 }
 
@@ -162,6 +173,32 @@ fn too_small_for_the_gpu(
     })
 }
 
+/// Why a job whose first file is for nvJPEG is too small for its start to pay, if it is:
+/// under [`NVJPEG_START_MIN_INPUT_PER_CORE`] of input per core. Starting nvJPEG costs one
+/// render worker about 0.3 s (start.rs), and the end of a run waits for it: on the H200 host
+/// 1000 × 512² JPEG lossless slices (170 MB), which 16 cores decode in 0.4 s, went from 2292 to
+/// 1239 pipeline slices/s when the workers started nvJPEG, while 3000 (510 MB) went from 2234
+/// to 2837. A live job (no inputs listed) always starts it.
+fn too_small_for_nvjpeg(output_dir: &Path, sources: &Sources) -> Option<String> {
+    let threshold = crate::host::available_cores() as u64 * NVJPEG_START_MIN_INPUT_PER_CORE;
+    if sources.roots().is_empty() {
+        return None;
+    }
+    let total = sources.input_bytes(Some(output_dir), threshold);
+    (total < threshold).then(|| {
+        format!(
+            "{} MiB of input is below the {} MiB for which starting nvJPEG pays",
+            total >> 20,
+            threshold >> 20
+        )
+    })
+}
+
+/// Input per core from which starting nvJPEG beside the CPU decoders pays: 16 MiB, 256 MiB on
+/// 16 cores, about 1500 slices of 512² JPEG lossless or 0.55 s of the 16 cores' decoding
+/// (see [`too_small_for_nvjpeg`]).
+const NVJPEG_START_MIN_INPUT_PER_CORE: u64 = 16 << 20;
+
 /// How much more CPU time a byte of JPEG 2000 input costs than a byte of uncompressed input,
 /// rounded down to a power of two (measured: about 130×; see [`too_small_for_the_gpu`]).
 const JPEG2000_CPU_COST_PER_BYTE: u64 = 128;
@@ -190,8 +227,9 @@ impl<'a> FirstFile<'a> {
             .as_ref()
     }
 
-    /// Slots for its frames, for a ring beside `workers` render workers.
-    fn slot_hint(&self, workers: usize) -> Option<SlotHint> {
+    /// Slots for its frames, for a ring beside `workers` render workers that take up to
+    /// `per_call` frames per call.
+    fn slot_hint(&self, workers: usize, per_call: usize) -> Option<SlotHint> {
         let info = self.info()?;
         // The output holds what the operators make of the frame (e.g. a resize), not the
         // frame.
@@ -199,7 +237,7 @@ impl<'a> FirstFile<'a> {
             .map(|p| p.output_capacity() as u64)
             .unwrap_or(info.output_capacity());
         Some(SlotHint {
-            count: slots_beside(&self.job.pipeline, workers),
+            count: slots_beside(&self.job.pipeline, workers, per_call),
             input: round_up(info.frame_bytes() as usize),
             output: round_up(output as usize),
         })
@@ -228,7 +266,7 @@ impl<'a> FirstFile<'a> {
 /// beside `workers` render workers; `None` when there is none or it cannot be read (the
 /// pipeline then reports it as usual).
 pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Option<SlotHint> {
-    FirstFile::new(job, inputs).slot_hint(workers)
+    FirstFile::new(job, inputs).slot_hint(workers, 1)
 }
 
 /// The header of the first DICOM file found under `inputs`; `None` when there is none or it
@@ -286,8 +324,10 @@ fn with_decode_streams(options: &BackendOptions, first: &FirstFile) -> Option<Ba
     Some(tuned)
 }
 
-fn slots_beside(opts: &PipelineOptions, workers: usize) -> usize {
-    Sizing::with_workers(opts, workers).slots
+fn slots_beside(opts: &PipelineOptions, workers: usize, per_call: usize) -> usize {
+    Sizing::with_workers(opts, workers)
+        .with_frames_per_call(opts, per_call)
+        .slots
 }
 
 #[cfg(test)]
@@ -387,7 +427,7 @@ mod tests {
         std::fs::rename(dir.join("series"), &kept).unwrap();
         assert_eq!(first.frame_pixels(), Some(96 * 96));
         assert_eq!(
-            first.slot_hint(3).map(|h| h.input),
+            first.slot_hint(3, 1).map(|h| h.input),
             Some(round_up(96 * 96 * 3))
         );
         std::fs::rename(&kept, dir.join("series")).unwrap();

@@ -956,6 +956,7 @@ pub(crate) fn render_stage(
             }
         }
         last = (full && batch > 1, t0.elapsed());
+        worker.between_calls();
     }
 }
 

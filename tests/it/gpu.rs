@@ -849,6 +849,7 @@ fn codecs_or_skip(test: &str) -> bool {
         &dicomflow::backend::options::GpuOptions::default(),
         1,
         None,
+        None,
     );
     let route = codecs.route();
     if route.jpeg2000 && route.jpeg_lossless {

@@ -93,7 +93,7 @@ pub fn run(opts: &DecodeBenchOptions) -> Result<String, String> {
         ..GpuOptions::default()
     };
     let mut out = String::new();
-    let mut codecs = Codecs::load(&gpu, 1, None);
+    let mut codecs = Codecs::load(&gpu, 1, None, None);
     if opts.lossless_pitch_align > 0 {
         codecs.set_lossless_pitch_align(opts.lossless_pitch_align);
     }

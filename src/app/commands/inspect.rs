@@ -349,7 +349,7 @@ fn gpu_decode_line(file: &ImageFile, gpu: &GpuOptions) -> Option<String> {
     } else {
         "lossy codestream"
     };
-    let codecs = Codecs::load(gpu, 1, None);
+    let codecs = Codecs::load(gpu, 1, None, None);
     let route = codecs.route();
     let lines = codecs.describe();
     let family = lines

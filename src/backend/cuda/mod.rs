@@ -570,6 +570,7 @@ impl CudaBackend {
             gpu,
             devices.len(),
             wish.first_frame_codec,
+            wish.nvjpeg_start_skipped.clone(),
         ));
         codecs.prewarm(&devices);
         for line in codecs.describe() {
@@ -813,6 +814,7 @@ mod tests {
             first_frame_pixels: Some(512 * 512),
             first_frame_decoded_in_batches: false,
             first_frame_codec: None,
+            nvjpeg_start_skipped: None,
         };
         let gpu = |encode| GpuOptions {
             encode,

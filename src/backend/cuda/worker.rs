@@ -187,6 +187,9 @@ pub struct CudaWorker {
     together: DecodedTogether,
     /// Where the frame being rendered was decoded by [`CudaWorker::decode_together`], if it was.
     predecoded: Option<(u64, Decoded)>,
+    /// This worker has decoded the start sample of the first file's nvJPEG codec (or needs
+    /// not: see `warm_up_codec`).
+    codec_warm: bool,
     /// Whether the last GPU-decoded frame went to nvJPEG, whose batched decoders take
     /// [`DECODE_BATCH_MAX`] frames in about the time of one (`bench decode --batches`).
     decoding_nvjpeg: bool,
@@ -283,6 +286,7 @@ impl CudaWorker {
         let device = shared.devices[device_slot].clone();
         let stream = Stream::new(&device)?;
         let k = Kernels::load(&module)?;
+        shared.codecs.register_worker();
         let ev = [
             Event::new(&device)?,
             Event::new(&device)?,
@@ -377,6 +381,7 @@ impl CudaWorker {
                 usable: true,
             },
             predecoded: None,
+            codec_warm: false,
             decoding_nvjpeg: false,
         })
     }
@@ -1441,6 +1446,74 @@ impl CudaWorker {
     }
 }
 
+/// A worker warms nvJPEG up only when the frames left would take longer than this at the
+/// run's rate so far: its warm-up takes about 0.3 s, one worker at a time.
+const WARM_UP_PAYS_AFTER: Duration = Duration::from_secs(1);
+
+impl CudaWorker {
+    /// While the first file's nvJPEG codec starts (start.rs), decodes the loaders' sample
+    /// once on this thread and stream when it is this worker's turn, so that its first frames
+    /// later do not pay the library's per-thread start (about 300 ms on the H200).
+    fn warm_up_codec(&mut self) {
+        if self.codec_warm || !self.warm_up_pays() {
+            return;
+        }
+        let Some(sample) = self.shared.codecs.warm_turn() else {
+            return;
+        };
+        self.codec_warm = true;
+        let t = Instant::now();
+        let done = self.decode_sample(&sample);
+        self.shared.codecs.worker_warmed();
+        match done {
+            Ok(()) => tracing::info!(
+                "render worker {}: nvJPEG warmed up in {:.0} ms",
+                self.index,
+                t.elapsed().as_secs_f64() * 1e3
+            ),
+            Err(e) => tracing::debug!("worker {}: nvJPEG's first decode: {e}", self.index),
+        }
+    }
+
+    /// Whether the run looks long enough for a warm-up to pay: the scan is still listing, or
+    /// the frames it found and not yet done would take, at the rate so far, longer than
+    /// [`WARM_UP_PAYS_AFTER`] (the end of the run waits for a worker that is warming up, about
+    /// 300 ms: H200, 1000 × 512² JPEG lossless went from 2292 to 1230 pipeline slices/s when
+    /// the workers warmed up regardless).
+    fn warm_up_pays(&self) -> bool {
+        let Some(stats) = self.shared.stats.get() else {
+            return true;
+        };
+        let t = &stats.totals;
+        if !t.scan_done.load(Ordering::Relaxed) {
+            return true;
+        }
+        let done = t.frames_done.load(Ordering::Relaxed);
+        // Files found (one frame each at least), or the frames of the files opened so far.
+        let left = t
+            .files_found
+            .load(Ordering::Relaxed)
+            .max(t.frames_planned.load(Ordering::Relaxed))
+            .saturating_sub(done);
+        let rate = done as f64 / stats.elapsed().as_secs_f64().max(1e-3);
+        done == 0 || left as f64 > rate * WARM_UP_PAYS_AFTER.as_secs_f64()
+    }
+
+    fn decode_sample(&mut self, sample: &super::decode::Sample) -> Result<(), String> {
+        let device = &self.shared.devices[self.device_slot];
+        device.bind().map_err(|e| e.to_string())?;
+        let bytes = sample.frame.coding.decoded_bytes();
+        let dst = driver::ensure_buffer(&mut self.dev_decoded, &self.stream, bytes)
+            .map_err(|e| e.to_string())?;
+        let decoded = self
+            .frame_decoder()
+            .decode(&sample.frame, &sample.bytes, dst)
+            .map_err(|e| e.to_string());
+        self.stream.synchronize().map_err(|e| e.to_string())?;
+        decoded.map(|_| ())
+    }
+}
+
 impl RenderWorker for CudaWorker {
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
         // A frame on its own is never deferred: a batch left behind (only a panic inside
@@ -1551,6 +1624,10 @@ impl RenderWorker for CudaWorker {
             BATCH_TIMES.add(BatchPart::Whole, whole);
         }
         results
+    }
+
+    fn between_calls(&mut self) {
+        self.warm_up_codec();
     }
 }
 

@@ -22,9 +22,9 @@ use crate::decode::compressed::{EncodedFrame, GpuCodec, GpuRoute};
 use start::StartGate;
 pub use start::{GpuStart, Sample};
 
-/// How long the codec thread waits for a loader's sample of the gated codec (start.rs): the
-/// first file is opened within milliseconds of the pipeline's start, long before a handle
-/// exists, unless its frames are not for the GPU after all.
+/// How long the codec thread waits, after making the handles, for a loader's sample of the
+/// gated codec (start.rs): the first file is opened within milliseconds of the pipeline's
+/// start, long before a handle exists, unless its frames are not for the GPU after all.
 const SAMPLE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Row pitch alignment of lossless JPEG output: 1 = rows packed, straight into the frame's
@@ -102,7 +102,13 @@ impl Codecs {
     /// Loads the libraries `settings.gpu_decode` may use (none for `"none"`), searching
     /// `gpu.library_path` first, for a backend with `devices` GPUs.
     /// `first`: the GPU codec of the first input file's syntax, if any (start.rs).
-    pub fn load(gpu: &GpuOptions, devices: usize, first: Option<GpuCodec>) -> Codecs {
+    /// `skipped`: why the job is too small for that codec's start to pay (start.rs).
+    pub fn load(
+        gpu: &GpuOptions,
+        devices: usize,
+        first: Option<GpuCodec>,
+        skipped: Option<String>,
+    ) -> Codecs {
         let configured = gpu.library_path.as_deref();
         let off = "gpu.decode = \"none\"".to_string();
         let (nvjpeg2k, nvjpeg) = match gpu.decode {
@@ -129,6 +135,7 @@ impl Codecs {
             gate: StartGate::new(
                 gpu.decode_start,
                 first.filter(|_| gpu.decode == GpuDecode::All),
+                skipped,
             ),
         }
     }
@@ -142,6 +149,21 @@ impl Codecs {
     /// A loader's copy of a frame of the codec that starts, for its first decode.
     pub fn offer(&self, sample: Sample) {
         self.gate.offer(sample);
+    }
+
+    /// A render worker that will decode the gated codec's frames (start.rs).
+    pub fn register_worker(&self) {
+        self.gate.register_worker();
+    }
+
+    /// The sample for the calling worker to decode now, when it is its turn (start.rs).
+    pub fn warm_turn(&self) -> Option<Arc<Sample>> {
+        self.gate.warm_turn()
+    }
+
+    /// The worker that had the turn has decoded the sample.
+    pub fn worker_warmed(&self) {
+        self.gate.worker_warmed();
     }
 
     /// The line for the log when the run ends: files the CPU decoded while nvJPEG started.
@@ -232,9 +254,9 @@ impl Codecs {
     /// Creates the codec handles of every device now, on a background thread, so that the
     /// first compressed frames do not wait for them (creating a handle starts the library's
     /// CUDA runtime; workers that need one meanwhile wait for it). When the first input file
-    /// is for nvJPEG and its start is gated (start.rs), only that codec's handles, then its
-    /// first decode of the sample a loader hands over, on a stream of its own, after which the
-    /// gate opens; otherwise the JPEG 2000 handles, and the lossless JPEG ones under
+    /// is for nvJPEG and its start is gated (start.rs), only that codec's handles, after which
+    /// the workers decode the sample a loader hands over, and the gate opens; otherwise the
+    /// JPEG 2000 handles, and the lossless JPEG ones under
     /// `gpu.decode = "all"` (others are made on first use).
     pub fn prewarm(self: &Arc<Self>, devices: &[Arc<Device>]) {
         if self.policy == GpuDecode::None || (self.nvjpeg2k.is_err() && self.nvjpeg.is_err()) {
@@ -246,7 +268,11 @@ impl Codecs {
             .name("codec-init".into())
             .spawn(move || {
                 let t = std::time::Instant::now();
-                match codecs.gate.gated() {
+                if codecs.gate.gated().is_some() && codecs.gate.starts().is_none() {
+                    // Too small a job: its frames decode on the CPU, nothing to start.
+                    return;
+                }
+                match codecs.gate.starts() {
                     Some(codec) => {
                         for (slot, d) in devices.iter().enumerate() {
                             let _ = match codec {
@@ -256,15 +282,17 @@ impl Codecs {
                                 _ => codecs.dct_handles(slot, d).map(|_| ()),
                             };
                         }
-                        let made = t.elapsed();
-                        codecs.first_decode(&devices);
-                        codecs.gate.open();
+                        codecs.gate.handles_ready();
                         tracing::info!(
-                            "{} started in {:.0} ms (handles {:.0} ms, then a first decode)",
+                            "{} handles ready in {:.0} ms",
                             codec.name(),
-                            t.elapsed().as_secs_f64() * 1e3,
-                            made.as_secs_f64() * 1e3
+                            t.elapsed().as_secs_f64() * 1e3
                         );
+                        if !codecs.gate.wait_for_sample(SAMPLE_PATIENCE) {
+                            // The first frames then pay for the library's start.
+                            tracing::debug!("no frame came to start nvJPEG with");
+                            codecs.gate.open();
+                        }
                     }
                     None => {
                         for (slot, d) in devices.iter().enumerate() {
@@ -284,40 +312,6 @@ impl Codecs {
             // The handles are then made on first use, by the frames that need them.
             tracing::debug!("codec handles will be created on first use: {e}");
             self.gate.open();
-        }
-    }
-
-    /// Decodes the gate's sample once on each device, on a stream of its own, so that the
-    /// library's one-time start (about 300 ms for the first frame of a process) is paid off the
-    /// pipeline. Whatever the outcome, the caller opens the gate: a sample the GPU refuses says
-    /// nothing about the other frames, and one that never came (the first file's frames went
-    /// to the CPU for a reason of their own) leaves nothing better to wait for.
-    fn first_decode(self: &Arc<Self>, devices: &[Arc<Device>]) {
-        let Some(sample) = self.gate.take_sample(SAMPLE_PATIENCE) else {
-            tracing::debug!("no frame to start nvJPEG with; its first frames pay for its start");
-            return;
-        };
-        for (slot, d) in devices.iter().enumerate() {
-            let done = Stream::new(d)
-                .map_err(|e| e.to_string())
-                .and_then(|stream| {
-                    let mut buffer = None;
-                    let dst = super::driver::ensure_buffer(
-                        &mut buffer,
-                        &stream,
-                        sample.frame.coding.decoded_bytes(),
-                    )
-                    .map_err(|e| e.to_string())?;
-                    let mut decoder = FrameDecoder::new(self.clone(), slot, stream.clone());
-                    let decoded = decoder
-                        .decode(&sample.frame, &sample.bytes, dst)
-                        .map_err(|e| e.to_string());
-                    stream.synchronize().map_err(|e| e.to_string())?;
-                    decoded.map(|_| ())
-                });
-            if let Err(e) = done {
-                tracing::debug!("GPU {}: nvJPEG's first decode: {e}", d.ordinal);
-            }
         }
     }
 

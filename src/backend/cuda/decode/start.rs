@@ -1,18 +1,20 @@
 //! When the first input file's nvJPEG codec starts taking frames (`gpu.decode_start`).
-//! Creating a nvJPEG handle and its first decode take about 0.55 s on the H200 host (`bench
-//! decode`: lossless handle 275 ms, the first frame of a worker 300 ms, of a second worker
-//! 50 ms), while the CPU decoders of 16 cores render 512² JPEG lossless at ~2900 slices/s: a
-//! run of 1000 slices that waits for the GPU has lost before the GPU decodes its first frame.
+//! Creating a nvJPEG handle takes about 280 ms on the H200 host, and the first decode of each
+//! worker thread another 300 ms (the traces of session 20: both workers' first calls 303 and
+//! 360 ms at once, the next ones 2 ms), while the CPU decoders of 16 cores render 512² JPEG
+//! lossless at ~2600 slices/s: a run of 1000 slices that waits for the GPU has lost before
+//! the GPU decodes its first frame.
 //!
 //! With `"cpu"` the gate of that codec stays closed (the loaders decode its frames on the CPU)
-//! until the codec thread has made its handles and decoded a sample: a copy of the first such
-//! frame, which a loader hands over ([`StartGate::offer`]) and then decodes itself as usual, so
-//! no frame of the run waits for the library's start. Other codecs are not gated (their first
-//! frame pays), nor JPEG 2000 (its CPU decoder is 10–35× slower per frame than nvJPEG2000's
-//! start).
+//! while the codec thread makes its handles and a loader hands over a copy of the first such
+//! frame ([`StartGate::offer`]); then the render workers, one at a time so that the others
+//! keep rendering what the CPU decodes, each decode that sample once on their own thread and
+//! stream ([`StartGate::warm_turn`]); when the last has, the gate opens. No frame of the run
+//! waits for the library's start. Other codecs are not gated (their first frame pays), nor
+//! JPEG 2000 (its CPU decoder is 10–35× slower per frame than nvJPEG2000's start).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::backend::options::GpuDecodeStart;
@@ -39,34 +41,58 @@ pub struct StartGate {
     /// The codec gated (`None`: every codec is open).
     gated: Option<GpuCodec>,
     open: AtomicBool,
+    /// The codec's handles exist (the workers may take their turns).
+    handles: AtomicBool,
+    /// Render workers registered, and those that have decoded the sample.
+    workers: AtomicUsize,
+    warmed: AtomicUsize,
+    /// A worker is decoding the sample now.
+    warming: AtomicBool,
     /// Whether a sample is still wanted (cheap to ask per file).
     wants_sample: AtomicBool,
-    sample: Mutex<Option<Sample>>,
+    sample: Mutex<Option<Arc<Sample>>>,
     arrived: Condvar,
     /// Files the loaders decoded on the CPU while the gate was closed.
     meanwhile: AtomicU64,
     /// Nanoseconds after `origin` when the gate opened (0: not yet).
     opened_at: AtomicU64,
     origin: Instant,
+    /// Why the gate never opens for this job (too little input for the start to pay).
+    skipped: Option<String>,
 }
 
 impl StartGate {
     /// The gate of `first` (the first input file's codec, when nvJPEG decodes it) as `start`
-    /// says: `Wait`, or no such codec, leaves every codec open.
-    pub fn new(start: GpuDecodeStart, first: Option<GpuCodec>) -> StartGate {
+    /// says: `Wait`, or no such codec, leaves every codec open; `skipped` (why the job is too
+    /// small for the start to pay) keeps it closed for good.
+    pub fn new(
+        start: GpuDecodeStart,
+        first: Option<GpuCodec>,
+        skipped: Option<String>,
+    ) -> StartGate {
         let gated = first.filter(|c| {
             start == GpuDecodeStart::Cpu && matches!(c, GpuCodec::JpegLossless | GpuCodec::JpegDct)
         });
         StartGate {
             gated,
             open: AtomicBool::new(gated.is_none()),
-            wants_sample: AtomicBool::new(gated.is_some()),
+            handles: AtomicBool::new(false),
+            workers: AtomicUsize::new(0),
+            warmed: AtomicUsize::new(0),
+            warming: AtomicBool::new(false),
+            wants_sample: AtomicBool::new(gated.is_some() && skipped.is_none()),
             sample: Mutex::new(None),
             arrived: Condvar::new(),
             meanwhile: AtomicU64::new(0),
             opened_at: AtomicU64::new(0),
             origin: Instant::now(),
+            skipped: skipped.filter(|_| gated.is_some()),
         }
+    }
+
+    /// The codec gated, if any, and whether it is to be started.
+    pub fn starts(&self) -> Option<GpuCodec> {
+        self.gated.filter(|_| self.skipped.is_none())
     }
 
     /// The codec gated, if any.
@@ -93,22 +119,66 @@ impl StartGate {
             return;
         }
         if let Ok(mut kept) = self.sample.lock() {
-            *kept = Some(sample);
+            *kept = Some(Arc::new(sample));
         }
         self.arrived.notify_all();
     }
 
-    /// The sample, waiting for it up to `patience` (`None`: none came, e.g. the first file's
-    /// frames were not for the GPU after all).
-    pub fn take_sample(&self, patience: Duration) -> Option<Sample> {
+    /// Whether a sample came, waiting for one up to `patience` (`false`: none came, e.g. the
+    /// first file's frames were not for the GPU after all).
+    pub fn wait_for_sample(&self, patience: Duration) -> bool {
         let deadline = Instant::now() + patience;
-        let mut kept = self.sample.lock().ok()?;
+        let Ok(mut kept) = self.sample.lock() else {
+            return false;
+        };
         loop {
-            if let Some(s) = kept.take() {
-                return Some(s);
+            if kept.is_some() {
+                return true;
             }
-            let left = deadline.checked_duration_since(Instant::now())?;
-            kept = self.arrived.wait_timeout(kept, left).ok()?.0;
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            match self.arrived.wait_timeout(kept, left) {
+                Ok((k, _)) => kept = k,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// The codec's handles exist: the workers may warm up.
+    pub fn handles_ready(&self) {
+        self.handles.store(true, Ordering::Release);
+    }
+
+    /// A render worker that will take the codec's frames once the gate opens.
+    pub fn register_worker(&self) {
+        self.workers.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The sample, for the calling worker to decode now on its own thread and stream, when the
+    /// gate is closed, the handles exist, a sample came and no other worker is warming up;
+    /// the caller then reports [`worker_warmed`](Self::worker_warmed).
+    pub fn warm_turn(&self) -> Option<Arc<Sample>> {
+        if self.open.load(Ordering::Acquire)
+            || !self.handles.load(Ordering::Acquire)
+            || self.skipped.is_some()
+        {
+            return None;
+        }
+        let sample = self.sample.lock().ok()?.clone()?;
+        if self.warming.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        Some(sample)
+    }
+
+    /// The worker that had the turn has decoded the sample (or tried: its start is paid
+    /// either way); the gate opens when every registered worker has.
+    pub fn worker_warmed(&self) {
+        let warmed = self.warmed.fetch_add(1, Ordering::AcqRel) + 1;
+        self.warming.store(false, Ordering::Release);
+        if warmed >= self.workers.load(Ordering::Acquire) {
+            self.open();
         }
     }
 
@@ -127,7 +197,9 @@ impl StartGate {
         let files = self.meanwhile.load(Ordering::Relaxed);
         (files > 0).then(|| {
             let at = self.opened_at.load(Ordering::Acquire);
-            let when = if at > 0 {
+            let when = if let Some(why) = &self.skipped {
+                format!("nvJPEG was not started: {why}")
+            } else if at > 0 {
                 format!("the GPU took over {:.0} ms after start-up", at as f64 / 1e6)
             } else {
                 "the run ended first".to_string()
@@ -143,8 +215,6 @@ impl StartGate {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::decode::compressed::FrameCoding;
     use crate::decode::info::Photometric;
@@ -169,38 +239,78 @@ mod tests {
     }
 
     #[test]
-    fn the_gated_codec_decodes_on_the_cpu_until_the_gate_opens() {
-        let gate = StartGate::new(GpuDecodeStart::Cpu, Some(GpuCodec::JpegLossless));
+    fn the_gated_codec_decodes_on_the_cpu_until_every_worker_warmed_up() {
+        let gate = StartGate::new(GpuDecodeStart::Cpu, Some(GpuCodec::JpegLossless), None);
         let jls = GpuCodec::JpegLossless;
+        gate.register_worker();
+        gate.register_worker();
         assert_eq!(gate.start(jls), GpuStart::Meanwhile { sample: true });
         // Other codecs are not gated.
         assert_eq!(gate.start(GpuCodec::JpegDct), GpuStart::Now);
         assert_eq!(gate.start(GpuCodec::Jpeg2000), GpuStart::Now);
+        // No turn before the handles and a sample exist.
+        assert!(gate.warm_turn().is_none());
         // A sample of another codec is not kept; the first of this one is, once.
         gate.offer(sample(GpuCodec::JpegDct, 3));
         assert_eq!(gate.start(jls), GpuStart::Meanwhile { sample: true });
         gate.offer(sample(jls, 5));
         assert_eq!(gate.start(jls), GpuStart::Meanwhile { sample: false });
         gate.offer(sample(jls, 7));
-        let got = gate.take_sample(Duration::ZERO).map(|s| s.bytes.len());
-        assert_eq!(got, Some(5));
-        assert!(gate.take_sample(Duration::from_millis(1)).is_none());
-        gate.open();
+        assert!(gate.wait_for_sample(Duration::ZERO));
+        assert!(gate.warm_turn().is_none());
+        gate.handles_ready();
+        // One worker at a time.
+        let first = gate.warm_turn().map(|s| s.bytes.len());
+        assert_eq!(first, Some(5));
+        assert!(gate.warm_turn().is_none());
+        gate.worker_warmed();
+        assert_eq!(gate.start(jls), GpuStart::Meanwhile { sample: false });
+        assert!(gate.warm_turn().is_some());
+        gate.worker_warmed();
+        // Both warmed: open, and no more turns.
         assert_eq!(gate.start(jls), GpuStart::Now);
+        assert!(gate.warm_turn().is_none());
         let line = gate.said().unwrap_or_default();
-        assert!(line.contains("3 JPEG lossless file(s)"), "{line}");
+        assert!(line.contains("4 JPEG lossless file(s)"), "{line}");
         assert!(line.contains("took over"), "{line}");
     }
 
     #[test]
+    fn a_job_too_small_for_the_start_decodes_on_the_cpu_throughout() {
+        let why = "100 MiB of input is below the 256 MiB".to_string();
+        let gate = StartGate::new(
+            GpuDecodeStart::Cpu,
+            Some(GpuCodec::JpegLossless),
+            Some(why.clone()),
+        );
+        assert_eq!(gate.starts(), None);
+        gate.register_worker();
+        let jls = GpuCodec::JpegLossless;
+        assert_eq!(gate.start(jls), GpuStart::Meanwhile { sample: false });
+        gate.offer(sample(jls, 5));
+        gate.handles_ready();
+        assert!(gate.warm_turn().is_none());
+        assert_eq!(gate.start(jls), GpuStart::Meanwhile { sample: false });
+        let line = gate.said().unwrap_or_default();
+        assert!(
+            line.contains(&why) && line.contains("2 JPEG lossless"),
+            "{line}"
+        );
+    }
+
+    #[test]
     fn a_sample_offered_later_wakes_the_codec_thread() {
-        let gate = Arc::new(StartGate::new(GpuDecodeStart::Cpu, Some(GpuCodec::JpegDct)));
+        let gate = Arc::new(StartGate::new(
+            GpuDecodeStart::Cpu,
+            Some(GpuCodec::JpegDct),
+            None,
+        ));
+        assert!(!gate.wait_for_sample(Duration::from_millis(1)));
         let g = gate.clone();
-        let waiter = std::thread::spawn(move || g.take_sample(Duration::from_secs(10)));
+        let waiter = std::thread::spawn(move || g.wait_for_sample(Duration::from_secs(10)));
         std::thread::sleep(Duration::from_millis(20));
         gate.offer(sample(GpuCodec::JpegDct, 4));
-        let got = waiter.join().ok().flatten().map(|s| s.bytes.len());
-        assert_eq!(got, Some(4));
+        assert_eq!(waiter.join().ok(), Some(true));
     }
 
     #[test]
@@ -210,7 +320,7 @@ mod tests {
             (GpuDecodeStart::Cpu, Some(GpuCodec::Jpeg2000)),
             (GpuDecodeStart::Cpu, None),
         ] {
-            let gate = StartGate::new(start, first);
+            let gate = StartGate::new(start, first, None);
             for codec in [
                 GpuCodec::JpegLossless,
                 GpuCodec::JpegDct,
@@ -218,10 +328,12 @@ mod tests {
             ] {
                 assert_eq!(gate.start(codec), GpuStart::Now);
             }
+            gate.handles_ready();
+            assert!(gate.warm_turn().is_none());
             assert!(gate.said().is_none());
         }
         // A gate that opened before any file came says nothing either.
-        let gate = StartGate::new(GpuDecodeStart::Cpu, Some(GpuCodec::JpegLossless));
+        let gate = StartGate::new(GpuDecodeStart::Cpu, Some(GpuCodec::JpegLossless), None);
         gate.open();
         assert_eq!(gate.start(GpuCodec::JpegLossless), GpuStart::Now);
         assert!(gate.said().is_none());
