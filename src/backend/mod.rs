@@ -77,8 +77,9 @@ pub struct OutputWish {
     /// at a time (nvJPEG: JPEG lossless, and baseline/extended when `gpu.decode = "all"`):
     /// the ring then holds room for such batches.
     pub first_frame_decoded_in_batches: bool,
-    /// The GPU codec family of the job's first file's syntax, if it has one: its handles are
-    /// made first, and with nvJPEG its start is paid off the pipeline (`gpu.decode_start`).
+    /// The GPU codec family of the job's first file's syntax, if it has one: with nvJPEG under
+    /// `gpu.decode_start = "cpu"` its handles are made first and its start is paid off the
+    /// pipeline (backend/cuda/decode/start.rs).
     pub first_frame_codec: Option<crate::decode::compressed::GpuCodec>,
     /// With `gpu.decode_start = "cpu"`: why nvJPEG is not worth starting for this job (too
     /// little input: the CPU decodes all of it), or `None` to start it.

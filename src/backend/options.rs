@@ -60,15 +60,17 @@ impl GpuDecode {
     }
 }
 
-/// What the loaders do with frames for an nvJPEG codec (JPEG lossless, baseline/extended)
-/// that is not ready yet (`gpu.decode_start`): the library's handle and its first decode take
-/// about 0.55 s on the H200 (handle 275 ms, first frame 300 ms), as long as the CPU decoders of
-/// 16 cores need for 1600 slices of 512² JPEG lossless.
+/// What the loaders do with frames of the first input file's nvJPEG syntax (JPEG lossless or
+/// baseline/extended, with `gpu.decode = "all"`) while nvJPEG starts (`gpu.decode_start`): a
+/// handle takes about 280 ms on the H200 host and the run's first decode 320 ms, as long as
+/// the CPU decoders of 16 cores need for 1500 slices of 512² JPEG lossless.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuDecodeStart {
-    /// Decode them on the CPU until one frame has gone through the GPU codec; then the GPU
-    /// takes the rest. JPEG 2000 always waits (its CPU decoder is 10–35× slower per frame).
+    /// Decode them on the CPU until the handles exist and every render worker has decoded a
+    /// copy of one of them; then the GPU takes the rest. A job under 16 MiB of input per core
+    /// stays on the CPU decoders (the start would not pay). Other syntaxes wait (JPEG 2000's
+    /// CPU decoder is 10–35× slower per frame than its GPU start).
     Cpu,
     /// Leave them compressed for the GPU, which decodes them once it is ready (every frame
     /// of such a syntax then goes through the GPU: what the GPU tests check).

@@ -57,6 +57,10 @@ pub fn select_backend_for(
             .and_then(|info| GpuCodec::of(&info.transfer_syntax));
         if wish.first_frame_decoded_in_batches && options.gpu.decode_start == GpuDecodeStart::Cpu {
             wish.nvjpeg_start_skipped = too_small_for_nvjpeg(&job.output.dir, sources);
+            if wish.nvjpeg_start_skipped.is_some() {
+                // Its frames all decode on the CPU: no batches to make room for.
+                wish.first_frame_decoded_in_batches = false;
+            }
         }
     }
     let tuned = with_decode_streams(options, &first);
@@ -178,10 +182,15 @@ fn too_small_for_the_gpu(
 /// render worker about 0.3 s (start.rs), and the end of a run waits for it: on the H200 host
 /// 1000 × 512² JPEG lossless slices (170 MB), which 16 cores decode in 0.4 s, went from 2292 to
 /// 1239 pipeline slices/s when the workers started nvJPEG, while 3000 (510 MB) went from 2234
-/// to 2837. A live job (no inputs listed) always starts it.
+/// to 2837. `DICOMFLOW_NVJPEG_START_MIN_MIB` sets the threshold in MiB for the whole job
+/// instead (tests and measurements; 0 always starts it).
 fn too_small_for_nvjpeg(output_dir: &Path, sources: &Sources) -> Option<String> {
-    let threshold = crate::host::available_cores() as u64 * NVJPEG_START_MIN_INPUT_PER_CORE;
-    if sources.roots().is_empty() {
+    let threshold = std::env::var("DICOMFLOW_NVJPEG_START_MIN_MIB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|mib| mib << 20)
+        .unwrap_or(crate::host::available_cores() as u64 * NVJPEG_START_MIN_INPUT_PER_CORE);
+    if threshold == 0 {
         return None;
     }
     let total = sources.input_bytes(Some(output_dir), threshold);

@@ -582,8 +582,7 @@ fn load_file(
     let route = ctx.backend.gpu_route();
     let coding = FrameCoding::of(&info)
         .filter(|c| route.codec(c.codec))
-        .map(std::sync::Arc::new)
-        .filter(|c| gpu_starts(ctx, &file, c, route, scratch));
+        .map(std::sync::Arc::new);
     for (f, output) in outputs.into_iter().enumerate() {
         let frame = f as u32;
         if !selection.contains(frame, info.frames) {
@@ -670,8 +669,10 @@ fn load_file(
             );
             continue;
         }
+        // Asked per frame: the frames of a large file go to the GPU once its codec started.
         let encoded = coding
             .as_ref()
+            .filter(|c| gpu_starts(ctx, &file, c, route, scratch))
             .and_then(|c| encoded_frame(&file, c, frame, route, scratch));
         let input_bytes = frame_bytes.max(encoded.as_ref().map_or(0, |e| e.len));
         let t_wait = Instant::now();
@@ -755,9 +756,9 @@ fn load_file(
     }
 }
 
-/// Whether the frames of `file`, coded as `coding` (which the route takes), go to the GPU now;
-/// while the codec starts they are decoded here, and the first such file hands a copy of its
-/// first frame to the backend, whose codec thread starts the library with it
+/// Whether a frame of `file`, coded as `coding` (which the route takes), goes to the GPU now;
+/// while the codec starts it is decoded here, and the first such frame's file hands a copy of
+/// its first frame to the backend, which the render workers start the library with
 /// (backend/cuda/decode/start.rs).
 fn gpu_starts(
     ctx: &Context,

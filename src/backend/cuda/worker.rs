@@ -187,9 +187,10 @@ pub struct CudaWorker {
     together: DecodedTogether,
     /// Where the frame being rendered was decoded by [`CudaWorker::decode_together`], if it was.
     predecoded: Option<(u64, Decoded)>,
-    /// This worker has decoded the start sample of the first file's nvJPEG codec (or needs
-    /// not: see `warm_up_codec`).
+    /// This worker has decoded the start sample of the first file's nvJPEG codec
+    /// (`warm_up_codec`); `warming` while it does.
     codec_warm: bool,
+    warming: bool,
     /// Whether the last GPU-decoded frame went to nvJPEG, whose batched decoders take
     /// [`DECODE_BATCH_MAX`] frames in about the time of one (`bench decode --batches`).
     decoding_nvjpeg: bool,
@@ -286,7 +287,6 @@ impl CudaWorker {
         let device = shared.devices[device_slot].clone();
         let stream = Stream::new(&device)?;
         let k = Kernels::load(&module)?;
-        shared.codecs.register_worker();
         let ev = [
             Event::new(&device)?,
             Event::new(&device)?,
@@ -335,6 +335,9 @@ impl CudaWorker {
                 ))
             }
         };
+        // Last, once nothing can fail: a worker counted and never made would keep nvJPEG's
+        // start gate shut (start.rs); `Drop` takes it back out.
+        shared.codecs.register_worker();
         Ok(CudaWorker {
             index,
             device_slot,
@@ -382,6 +385,7 @@ impl CudaWorker {
             },
             predecoded: None,
             codec_warm: false,
+            warming: false,
             decoding_nvjpeg: false,
         })
     }
@@ -1455,15 +1459,17 @@ impl CudaWorker {
     /// once on this thread and stream when it is this worker's turn, so that its first frames
     /// later do not pay the library's per-thread start (about 300 ms on the H200).
     fn warm_up_codec(&mut self) {
-        if self.codec_warm || !self.warm_up_pays() {
+        if self.codec_warm || !self.shared.codecs.warm_up_wanted() || !self.warm_up_pays() {
             return;
         }
         let Some(sample) = self.shared.codecs.warm_turn() else {
             return;
         };
         self.codec_warm = true;
+        self.warming = true;
         let t = Instant::now();
         let done = self.decode_sample(&sample);
+        self.warming = false;
         self.shared.codecs.worker_warmed();
         match done {
             Ok(()) => tracing::info!(
@@ -1471,7 +1477,12 @@ impl CudaWorker {
                 self.index,
                 t.elapsed().as_secs_f64() * 1e3
             ),
-            Err(e) => tracing::debug!("worker {}: nvJPEG's first decode: {e}", self.index),
+            // The gate opens all the same: the other frames may decode (each one the codec
+            // refuses goes to the CPU decoder, as always), and the start is paid.
+            Err(e) => tracing::warn!(
+                "render worker {}: nvJPEG's first decode failed: {e}",
+                self.index
+            ),
         }
     }
 
@@ -1643,6 +1654,16 @@ fn compressed(outcome: &mut RenderOutcome, timings: RenderTimings, len: Option<u
             })
         }
         None => outcome.png_rows = true,
+    }
+}
+
+impl Drop for CudaWorker {
+    fn drop(&mut self) {
+        // A worker that ends without having warmed nvJPEG up (or panics while it does) no
+        // longer counts for its start gate.
+        if !self.codec_warm || self.warming {
+            self.shared.codecs.unregister_worker(self.warming);
+        }
     }
 }
 

@@ -126,17 +126,19 @@ impl Codecs {
                 tracing::info!("{name} not loaded, its transfer syntaxes decode on the CPU: {why}");
             }
         }
+        let gate = StartGate::new(
+            gpu.decode_start,
+            // Only a codec that will be routed to the GPU: "all", and nvJPEG loaded.
+            first.filter(|_| gpu.decode == GpuDecode::All && nvjpeg.is_ok()),
+            skipped,
+        );
         Codecs {
             policy: gpu.decode,
             nvjpeg2k,
             nvjpeg,
             devices: (0..devices).map(|_| DeviceHandles::default()).collect(),
             lossless_pitch_align: LOSSLESS_PITCH_ALIGN,
-            gate: StartGate::new(
-                gpu.decode_start,
-                first.filter(|_| gpu.decode == GpuDecode::All),
-                skipped,
-            ),
+            gate,
         }
     }
 
@@ -164,6 +166,16 @@ impl Codecs {
     /// The worker that had the turn has decoded the sample.
     pub fn worker_warmed(&self) {
         self.gate.worker_warmed();
+    }
+
+    /// A registered worker ends without having warmed up (`warming`: during its turn).
+    pub fn unregister_worker(&self, warming: bool) {
+        self.gate.unregister_worker(warming);
+    }
+
+    /// Whether render workers may still be asked to warm nvJPEG up (a cheap check).
+    pub fn warm_up_wanted(&self) -> bool {
+        self.gate.warm_up_wanted()
     }
 
     /// The line for the log when the run ends: files the CPU decoded while nvJPEG started.
@@ -275,12 +287,18 @@ impl Codecs {
                 match codecs.gate.starts() {
                     Some(codec) => {
                         for (slot, d) in devices.iter().enumerate() {
-                            let _ = match codec {
+                            let made = match codec {
                                 GpuCodec::JpegLossless => {
                                     codecs.lossless_handle(slot, d).map(|_| ())
                                 }
-                                _ => codecs.dct_handles(slot, d).map(|_| ()),
+                                GpuCodec::JpegDct | GpuCodec::Jpeg2000 => {
+                                    codecs.dct_handles(slot, d).map(|_| ())
+                                }
                             };
+                            if let Err(e) = made {
+                                // Its frames then go to the CPU decoder one by one, saying why.
+                                tracing::warn!("GPU {}: {}: {e}", d.ordinal, codec.name());
+                            }
                         }
                         codecs.gate.handles_ready();
                         tracing::info!(

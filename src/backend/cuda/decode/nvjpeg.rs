@@ -152,9 +152,11 @@ impl Library {
     }
 }
 
-/// Where the host time of batched nvJPEG decodes goes, summed over the process and logged when
-/// the backend finishes: a call of eight frames took about 7 ms of a worker's time in the
-/// pipeline against 1.5 ms in `bench decode --batches`, and these parts say which step differs.
+/// Where the host time of batched nvJPEG decodes (two frames or more per call) goes, summed
+/// over the process and logged when the backend finishes: a call of eight frames seemed to take
+/// about 7 ms of a worker's time in the pipeline against 1.5 ms in `bench decode --batches`;
+/// these parts showed the calls were cheap and the time went elsewhere (BENCHMARKS.md,
+/// "Session 20").
 pub struct BatchTimes {
     /// Nanoseconds: header checks, `nvjpegDecodeBatchedInitialize`, `nvjpegDecodeBatched`,
     /// then (the worker's) rendering the decoded frames and the whole batch.
@@ -443,8 +445,10 @@ impl Session {
                 (f.batched_initialize)(self.handle.raw, self.state, size, 1, format)
             })
             .map_err(Failure::Rejected)?;
-            BATCH_TIMES.add(BatchPart::Initialize, t);
-            BATCH_TIMES.counts[0].fetch_add(1, Ordering::Relaxed);
+            if n > 1 {
+                BATCH_TIMES.add(BatchPart::Initialize, t);
+                BATCH_TIMES.counts[0].fetch_add(1, Ordering::Relaxed);
+            }
             self.batched = Some((format, n));
         }
         let ptrs: Vec<*const u8> = data.iter().map(|d| d.as_ptr()).collect();
@@ -463,8 +467,10 @@ impl Session {
                 self.stream.raw() as *mut c_void,
             )
         });
-        BATCH_TIMES.add(BatchPart::Decode, t);
-        BATCH_TIMES.counts[1].fetch_add(1, Ordering::Relaxed);
+        if n > 1 {
+            BATCH_TIMES.add(BatchPart::Decode, t);
+            BATCH_TIMES.counts[1].fetch_add(1, Ordering::Relaxed);
+        }
         if r.is_err() {
             // The documentation asks for a new initialization after a failed batch.
             self.batched = None;

@@ -30,7 +30,7 @@ pub enum GpuStart {
     Meanwhile { sample: bool },
 }
 
-/// A frame's codestream for the codec thread's first decode.
+/// A copy of a frame's codestream, which each render worker decodes once to start nvJPEG.
 pub struct Sample {
     pub frame: EncodedFrame,
     pub bytes: Vec<u8>,
@@ -52,7 +52,7 @@ pub struct StartGate {
     wants_sample: AtomicBool,
     sample: Mutex<Option<Arc<Sample>>>,
     arrived: Condvar,
-    /// Files the loaders decoded on the CPU while the gate was closed.
+    /// Frames the loaders decoded on the CPU while the gate was closed.
     meanwhile: AtomicU64,
     /// Nanoseconds after `origin` when the gate opened (0: not yet).
     opened_at: AtomicU64,
@@ -100,7 +100,7 @@ impl StartGate {
         self.gated
     }
 
-    /// What the loaders do with a file of `codec` now; a `Meanwhile` is counted.
+    /// What the loaders do with a frame of `codec` now; a `Meanwhile` is counted.
     pub fn start(&self, codec: GpuCodec) -> GpuStart {
         if self.gated != Some(codec) || self.open.load(Ordering::Acquire) {
             return GpuStart::Now;
@@ -175,11 +175,34 @@ impl StartGate {
     /// The worker that had the turn has decoded the sample (or tried: its start is paid
     /// either way); the gate opens when every registered worker has.
     pub fn worker_warmed(&self) {
-        let warmed = self.warmed.fetch_add(1, Ordering::AcqRel) + 1;
+        self.warmed.fetch_add(1, Ordering::AcqRel);
         self.warming.store(false, Ordering::Release);
-        if warmed >= self.workers.load(Ordering::Acquire) {
+        self.open_when_all_warm();
+    }
+
+    /// A registered worker that has not warmed up ends (`warming`: it had the turn, e.g. it
+    /// panicked in the library): it no longer counts, and gives its turn back.
+    pub fn unregister_worker(&self, warming: bool) {
+        let _ = self
+            .workers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if warming {
+            self.warming.store(false, Ordering::Release);
+        }
+        self.open_when_all_warm();
+    }
+
+    fn open_when_all_warm(&self) {
+        let warmed = self.warmed.load(Ordering::Acquire);
+        if warmed > 0 && warmed >= self.workers.load(Ordering::Acquire) {
             self.open();
         }
+    }
+
+    /// Whether a worker may still be asked to warm up: a codec is to be started and its gate
+    /// is closed (a cheap check for every render call).
+    pub fn warm_up_wanted(&self) -> bool {
+        self.starts().is_some() && !self.open.load(Ordering::Acquire)
     }
 
     /// The codec is started (or will never be better started): its frames go to the GPU.
@@ -197,17 +220,21 @@ impl StartGate {
         let files = self.meanwhile.load(Ordering::Relaxed);
         (files > 0).then(|| {
             let at = self.opened_at.load(Ordering::Acquire);
-            let when = if let Some(why) = &self.skipped {
-                format!("nvJPEG was not started: {why}")
-            } else if at > 0 {
+            let codec = codec.name();
+            if let Some(why) = &self.skipped {
+                return format!(
+                    "GPU decode start: {files} {codec} frame(s) decoded on the CPU, nvJPEG not \
+                     started: {why} (gpu.decode_start = \"cpu\")"
+                );
+            }
+            let when = if at > 0 {
                 format!("the GPU took over {:.0} ms after start-up", at as f64 / 1e6)
             } else {
                 "the run ended first".to_string()
             };
             format!(
-                "GPU decode start: {files} {} file(s) decoded on the CPU while nvJPEG started \
-                 (gpu.decode_start = \"cpu\"); {when}",
-                codec.name()
+                "GPU decode start: {files} {codec} frame(s) decoded on the CPU while nvJPEG \
+                 started (gpu.decode_start = \"cpu\"); {when}"
             )
         })
     }
@@ -271,8 +298,41 @@ mod tests {
         assert_eq!(gate.start(jls), GpuStart::Now);
         assert!(gate.warm_turn().is_none());
         let line = gate.said().unwrap_or_default();
-        assert!(line.contains("4 JPEG lossless file(s)"), "{line}");
+        assert!(line.contains("4 JPEG lossless frame(s)"), "{line}");
         assert!(line.contains("took over"), "{line}");
+    }
+
+    #[test]
+    fn racing_workers_get_one_turn_at_a_time_and_a_lost_worker_gives_its_turn_back() {
+        let gate = Arc::new(StartGate::new(
+            GpuDecodeStart::Cpu,
+            Some(GpuCodec::JpegLossless),
+            None,
+        ));
+        for _ in 0..3 {
+            gate.register_worker();
+        }
+        gate.offer(sample(GpuCodec::JpegLossless, 5));
+        gate.handles_ready();
+        let turns: usize = (0..8)
+            .map(|_| {
+                let g = gate.clone();
+                std::thread::spawn(move || g.warm_turn().is_some())
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| usize::from(t.join().unwrap_or(false)))
+            .sum();
+        assert_eq!(turns, 1);
+        // The worker with the turn dies: the turn goes back, and it no longer counts.
+        gate.unregister_worker(true);
+        assert!(gate.warm_turn().is_some());
+        gate.worker_warmed();
+        assert!(gate.warm_up_wanted());
+        // The last one ends without warming up: the two that warmed up open the gate.
+        gate.unregister_worker(false);
+        assert!(!gate.warm_up_wanted());
+        assert_eq!(gate.start(GpuCodec::JpegLossless), GpuStart::Now);
     }
 
     #[test]
