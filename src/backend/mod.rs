@@ -197,11 +197,14 @@ pub trait Backend: Send + Sync {
     }
     /// What the loaders do with a file of `codec` that the route takes; asked once per such
     /// file. While the codec starts (`gpu.decode_start = "cpu"`) they decode it on the CPU.
-    fn gpu_start(&self, _codec: crate::decode::compressed::GpuCodec) -> cuda::decode::GpuStart {
-        cuda::decode::GpuStart::Now
+    fn gpu_start(
+        &self,
+        _codec: crate::decode::compressed::GpuCodec,
+    ) -> crate::decode::compressed::GpuStart {
+        crate::decode::compressed::GpuStart::Now
     }
     /// A loader's copy of a frame whose codec starts ([`Backend::gpu_start`] asked for one).
-    fn gpu_sample(&self, _sample: cuda::decode::Sample) {}
+    fn gpu_sample(&self, _sample: crate::decode::compressed::Sample) {}
     /// The most frames a render worker takes in one [`RenderWorker::render_batch`] call (the
     /// ring needs that many slots per worker, and one more for the frame being loaded).
     fn frames_per_call(&self) -> usize {

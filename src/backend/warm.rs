@@ -162,14 +162,14 @@ impl Backend for WarmStart {
     fn gpu_start(
         &self,
         codec: crate::decode::compressed::GpuCodec,
-    ) -> super::cuda::decode::GpuStart {
+    ) -> crate::decode::compressed::GpuStart {
         match self.cuda.get() {
             Some(Ok(b)) => b.gpu_start(codec),
-            _ => super::cuda::decode::GpuStart::Meanwhile { sample: false },
+            _ => crate::decode::compressed::GpuStart::Meanwhile { sample: false },
         }
     }
 
-    fn gpu_sample(&self, sample: super::cuda::decode::Sample) {
+    fn gpu_sample(&self, sample: crate::decode::compressed::Sample) {
         if let Some(Ok(b)) = self.cuda.get() {
             b.gpu_sample(sample);
         }

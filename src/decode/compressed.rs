@@ -117,6 +117,23 @@ pub struct EncodedFrame {
     pub lossless: bool,
 }
 
+/// What the loaders do with a frame of a codec the route takes, while a GPU codec starts
+/// (`Backend::gpu_start`; the CUDA backend's `decode/start.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuStart {
+    /// Leave it compressed for the GPU.
+    Now,
+    /// Decode it on the CPU; `sample`: hand a copy of its file's first frame to
+    /// `Backend::gpu_sample` first.
+    Meanwhile { sample: bool },
+}
+
+/// A copy of a frame's codestream, which each CUDA render worker decodes once to start nvJPEG.
+pub struct Sample {
+    pub frame: EncodedFrame,
+    pub bytes: Vec<u8>,
+}
+
 /// Smallest width and height of a lossless JPEG frame sent to nvJPEG. Measured on the H200
 /// host with nvJPEG 13.0.1 (`bench decode`, synth CT, dcmcjpeg +e1): frames 64 to 160 pixels
 /// wide decode wrongly from about the 68th sample on, 200 to 512 wide exactly.

@@ -12,9 +12,8 @@ use crossbeam_channel::{Receiver, Sender};
 
 use std::sync::Arc;
 
-use crate::backend::cuda::decode::{GpuStart, Sample};
 use crate::backend::{BatchFrame, Encoded, RenderWorker};
-use crate::decode::compressed::{self, EncodedFrame, FrameCoding};
+use crate::decode::compressed::{self, EncodedFrame, FrameCoding, GpuStart, Sample};
 use crate::decode::info::SourceHeader;
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
 use crate::error::Stage;

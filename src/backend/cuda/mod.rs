@@ -714,11 +714,14 @@ impl Backend for CudaBackend {
         self.shared.codecs.route()
     }
 
-    fn gpu_start(&self, codec: crate::decode::compressed::GpuCodec) -> decode::GpuStart {
+    fn gpu_start(
+        &self,
+        codec: crate::decode::compressed::GpuCodec,
+    ) -> crate::decode::compressed::GpuStart {
         self.shared.codecs.start(codec)
     }
 
-    fn gpu_sample(&self, sample: decode::Sample) {
+    fn gpu_sample(&self, sample: crate::decode::compressed::Sample) {
         self.shared.codecs.offer(sample);
     }
 

@@ -1510,7 +1510,7 @@ impl CudaWorker {
         done == 0 || left as f64 > rate * WARM_UP_PAYS_AFTER.as_secs_f64()
     }
 
-    fn decode_sample(&mut self, sample: &super::decode::Sample) -> Result<(), String> {
+    fn decode_sample(&mut self, sample: &crate::decode::compressed::Sample) -> Result<(), String> {
         let device = &self.shared.devices[self.device_slot];
         device.bind().map_err(|e| e.to_string())?;
         let bytes = sample.frame.coding.decoded_bytes();

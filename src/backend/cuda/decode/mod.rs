@@ -18,9 +18,8 @@ use std::sync::{Arc, OnceLock};
 
 use super::driver::{Device, Stream};
 use crate::backend::options::{GpuDecode, GpuOptions};
-use crate::decode::compressed::{EncodedFrame, GpuCodec, GpuRoute};
+use crate::decode::compressed::{EncodedFrame, GpuCodec, GpuRoute, GpuStart, Sample};
 use start::StartGate;
-pub use start::{GpuStart, Sample};
 
 /// How long the codec thread waits, after making the handles, for a loader's sample of the
 /// gated codec (start.rs): the first file is opened within milliseconds of the pipeline's

@@ -18,23 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::backend::options::GpuDecodeStart;
-use crate::decode::compressed::{EncodedFrame, GpuCodec};
-
-/// What the loaders do with a file of a codec the route takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpuStart {
-    /// Leave its frames compressed for the GPU.
-    Now,
-    /// Decode it on the CPU; `sample`: hand a copy of its first frame to
-    /// [`StartGate::offer`] first.
-    Meanwhile { sample: bool },
-}
-
-/// A copy of a frame's codestream, which each render worker decodes once to start nvJPEG.
-pub struct Sample {
-    pub frame: EncodedFrame,
-    pub bytes: Vec<u8>,
-}
+use crate::decode::compressed::{GpuCodec, GpuStart, Sample};
 
 /// The gate of the first input file's nvJPEG codec.
 pub struct StartGate {
@@ -243,7 +227,7 @@ impl StartGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::compressed::FrameCoding;
+    use crate::decode::compressed::{EncodedFrame, FrameCoding};
     use crate::decode::info::Photometric;
 
     fn sample(codec: GpuCodec, len: usize) -> Sample {
