@@ -377,6 +377,26 @@ mod tests {
     }
 
     #[test]
+    fn a_small_job_does_not_start_nvjpeg() {
+        let dir = crate::scratch_dir("nvjpeg-start-size");
+        std::fs::write(dir.join("slice.dcm"), vec![0u8; 4096]).unwrap();
+        let inputs = Sources::walk(std::slice::from_ref(&dir));
+        // 4 KiB against 16 MiB per core (the test process does not set the variable that
+        // overrides it).
+        if std::env::var_os("DICOMFLOW_NVJPEG_START_MIN_MIB").is_none() {
+            let why = too_small_for_nvjpeg(&dir.join("out"), &inputs).unwrap_or_default();
+            assert!(
+                why.contains("0 MiB of input is below the")
+                    && why.contains(&format!(
+                        "{} MiB",
+                        crate::host::available_cores() as u64 * 16
+                    )),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
     fn slot_hint_sizes_slots_for_the_first_dicom_file() {
         let dir = crate::scratch_dir("slot-hint");
         std::fs::write(dir.join("0-notes.txt"), b"not DICOM").unwrap();
@@ -401,6 +421,10 @@ mod tests {
         assert_eq!(hint.input, round_up(96 * 96 * 3));
         assert_eq!(hint.output, round_up(96 * 96 * 3 + 96));
         assert_eq!(hint.count, 1 + 2 * 3 + 2 + 2);
+        // Workers that take 32 frames per call (nvJPEG's batches) hold 31 more slots each:
+        // the hint faults them in too.
+        let batched = FirstFile::new(&job, std::slice::from_ref(&dir)).slot_hint(3, 32);
+        assert_eq!(batched.map(|h| h.count), Some(hint.count + 3 * 31));
 
         // Operators size the output: a resize to 300x200 needs that many pixels per slot.
         let resized = Job {
