@@ -902,6 +902,25 @@ fn run_report_env(
     (output, serde_json::from_str(&text).unwrap())
 }
 
+/// `copies` copies of the files of the folder `from`, in `into/copyNN` (series of hundreds of
+/// slices from a few fixtures).
+fn replicate(from: &Path, into: &Path, copies: usize) {
+    for copy in 0..copies {
+        let dir = into.join(format!("copy{copy:02}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(from).unwrap().flatten() {
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// The CPU backend's outputs for `inputs`, written to `out`: what the GPU runs must match.
+fn cpu_outputs(inputs: &Path, out: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let (o, _) = run_report(&[inputs], out, &["--backend", "cpu"]);
+    assert_exit(&o, 0);
+    outputs(out)
+}
+
 /// Frames the GPU decoded, and frames a GPU codec handed back to the CPU, from a report.
 fn gpu_decode_counts(report: &serde_json::Value) -> (u64, u64) {
     let gpu = &report["backend"]["gpu"];
@@ -1009,18 +1028,10 @@ fn gpu_decode_200_slice_lossless_series_match_the_cpu_backend() {
     let root = tempdir("gpu-decode-series");
     // 10 distinct slices per syntax, each copied into 20 folders: 200 slices per series.
     for series in ["series_j2k", "series_jls"] {
-        for copy in 0..20 {
-            let dir = root.join("in").join(series).join(format!("copy{copy:02}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            for e in std::fs::read_dir(here.join(series)).unwrap().flatten() {
-                std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
-            }
-        }
+        replicate(&here.join(series), &root.join("in").join(series), 20);
     }
     let inputs = root.join("in");
-    let (o, _) = run_report(&[&inputs], &root.join("cpu"), &["--backend", "cpu"]);
-    assert_exit(&o, 0);
-    let expected = outputs(&root.join("cpu"));
+    let expected = cpu_outputs(&inputs, &root.join("cpu"));
     assert_eq!(expected.len(), 400);
     // "all": lossless JPEG goes to the GPU only then (JPEG 2000 goes with the default too).
     let (o, report) = run_report(
@@ -1072,17 +1083,9 @@ fn gpu_decode_start_on_the_cpu_renders_what_arrives_before_nvjpeg_is_ready() {
     }
     let here = repo_path("tests/fixtures/gpu_decode/series_jls");
     let root = tempdir("gpu-decode-start");
-    for copy in 0..40 {
-        let dir = root.join("in").join(format!("copy{copy:02}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for e in std::fs::read_dir(&here).unwrap().flatten() {
-            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
-        }
-    }
     let inputs = root.join("in");
-    let (o, _) = run_report(&[&inputs], &root.join("cpu"), &["--backend", "cpu"]);
-    assert_exit(&o, 0);
-    let expected = outputs(&root.join("cpu"));
+    replicate(&here, &inputs, 40);
+    let expected = cpu_outputs(&inputs, &root.join("cpu"));
     assert_eq!(expected.len(), 400);
     let (o, report) = run_report_env(
         &[&inputs],
@@ -1131,17 +1134,9 @@ fn gpu_decode_jpeg_lossless_in_batches_matches_the_cpu_backend() {
     }
     let here = repo_path("tests/fixtures/gpu_decode/series_jls");
     let root = tempdir("gpu-decode-batches");
-    for copy in 0..20 {
-        let dir = root.join("in").join(format!("copy{copy:02}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        for e in std::fs::read_dir(&here).unwrap().flatten() {
-            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
-        }
-    }
     let inputs = root.join("in");
-    let (o, _) = run_report(&[&inputs], &root.join("cpu"), &["--backend", "cpu"]);
-    assert_exit(&o, 0);
-    let expected = outputs(&root.join("cpu"));
+    replicate(&here, &inputs, 20);
+    let expected = cpu_outputs(&inputs, &root.join("cpu"));
     assert_eq!(expected.len(), 200);
     let png_on_gpu = dicomflow::backend::cuda::libs::open(&["libnvcomp.so.6"], None).is_ok();
     let encoders: &[&str] = if png_on_gpu {
