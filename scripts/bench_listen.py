@@ -213,8 +213,12 @@ def main():
         results = {name: [] for name, _ in tools}
         for _ in range(a.repeat):
             for name, fn in tools:
-                results[name].append(fn(n))
+                # Each receiver starts with nothing waiting to be written back: a previous
+                # run's unsynced files (storescp's, or listen's with durable = false) would
+                # otherwise be flushed by the kernel during the next run and slow it.
+                os.sync()
                 time.sleep(0.5)
+                results[name].append(fn(n))
         for name, rs in results.items():
             best = min(rs, key=lambda r: r["done_s"])
             rates = sorted(len(files) / r["done_s"] for r in rs)

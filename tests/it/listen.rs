@@ -256,14 +256,31 @@ fn orthanc_autoroute_forwards_what_it_stores_and_everything_is_rendered() {
 
 #[test]
 fn kill_9_while_a_sender_streams_loses_nothing_acknowledged() {
+    kill_9_mid_stream("listen-crash", false);
+}
+
+/// With `durable = false` an acknowledged instance survives a crash of dicomflow (not of the
+/// machine): its spool entry ends as soon as its outputs are written, without a sync.
+#[test]
+fn kill_9_loses_nothing_acknowledged_without_durable_acknowledgements() {
+    kill_9_mid_stream("listen-crash-nd", true);
+}
+
+/// Kills `listen` once 40 instances are acknowledged while `storescu` streams 300, restarts
+/// it on the same output folder, and checks every acknowledged instance's output.
+fn kill_9_mid_stream(name: &str, not_durable: bool) {
     if let Some(why) = missing(&[STORESCU]) {
         eprintln!("skipped: {why} (apt-get install dcmtk)");
         return;
     }
-    let dir = tempdir("listen-crash");
+    let dir = tempdir(name);
     let files = synth(&dir.join("src"), 128, 300, 29);
     let out = dir.join("out");
-    let listen = start_listen(&dir, &out, &[]);
+    let cfg = dir.join("listen.toml");
+    std::fs::write(&cfg, format!("[listen]\ndurable = {}\n", !not_durable)).unwrap();
+    let cfg = cfg.display().to_string();
+    let extra = ["-c", cfg.as_str()];
+    let listen = start_listen(&dir, &out, &extra);
     let port = listen.port.to_string();
     let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
     let mut cmd = Command::new(STORESCU);
@@ -292,7 +309,7 @@ fn kill_9_while_a_sender_streams_loses_nothing_acknowledged() {
     );
 
     // Restart on the same output folder: the spool is finished first.
-    let mut again = start_listen(&dir, &out, &[]);
+    let mut again = start_listen(&dir, &out, &extra);
     let drained = wait_until(Duration::from_secs(60), || spool_entries(&out).is_empty());
     assert!(drained, "spool not drained:\n{}", again.proc.output());
     let status = again.proc.terminate();

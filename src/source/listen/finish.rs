@@ -4,6 +4,13 @@
 //! durable, for a whole batch of entries at once. So at every moment an acknowledged
 //! instance exists durably as a spool entry or as its outputs.
 //!
+//! With `listen.durable = false` nothing is synced: an entry ends as soon as its outputs are
+//! written (they survive a crash of dicomflow, as the entry did), so its file is written over
+//! by a later instance while still in the page cache and never reaches the disk at all. A
+//! `syncfs` every batch there wrote every spool file and output out at once and made the spool
+//! create a new file for most instances (its free list refills only as entries end): about a
+//! third of the listener's CPU time on the 2-core box (BENCHMARKS.md, session 21).
+//!
 //! Rendered entries are removed (or moved to `keep_received`); entries that failed or are not
 //! images move to `SPOOL/unrendered/` (acknowledged data is never deleted unrendered); a
 //! cancelled entry stays for the next start.
@@ -62,6 +69,7 @@ impl Finisher {
         };
         let mut batch: Vec<Done> = Vec::new();
         let mut first: Option<Instant> = None;
+        let durable = self.spool.is_durable();
         loop {
             let wait = first.map_or(Duration::from_secs(3600), |t| {
                 BATCH_WAIT.saturating_sub(t.elapsed())
@@ -77,6 +85,16 @@ impl Finisher {
                 Err(RecvTimeoutError::Timeout) => false,
                 Err(RecvTimeoutError::Disconnected) => true,
             };
+            if !durable {
+                for d in batch.drain(..) {
+                    self.end(d);
+                }
+                first = None;
+                if closed {
+                    return;
+                }
+                continue;
+            }
             let due = first.is_some_and(|t| t.elapsed() >= BATCH_WAIT);
             if !batch.is_empty() && (due || closed || batch.len() >= BATCH_MAX) {
                 self.end_batch(out.as_ref(), std::mem::take(&mut batch));
@@ -100,30 +118,35 @@ impl Finisher {
             return;
         }
         for d in batch {
-            let entry = SpoolEntry {
-                path: d.input.path.clone(),
-                rel: d.input.rel.clone(),
-                bytes: 0,
-            };
-            let result = match d.outcome {
-                Outcome::Rendered => self.spool.finish(&entry, self.keep.as_deref()),
-                Outcome::Skipped | Outcome::Failed => {
-                    let dir = self.spool.root().join(UNRENDERED);
-                    tracing::warn!(
-                        "{} was acknowledged but not rendered; kept as {}",
-                        entry.rel.display(),
-                        dir.join(&entry.rel).display()
-                    );
-                    self.spool.finish(&entry, Some(&dir))
-                }
-                Outcome::Cancelled => continue,
-            };
-            if let Err(e) = result {
-                tracing::warn!("spool: {e}; the entry stays until the next start");
-            }
+            self.end(d);
         }
         if let Err(e) = self.spool.sync() {
             tracing::warn!("spool: {e}");
+        }
+    }
+
+    /// Ends one entry whose outputs are written (and, when durable, synced).
+    fn end(&self, d: Done) {
+        let entry = SpoolEntry {
+            path: d.input.path.clone(),
+            rel: d.input.rel.clone(),
+            bytes: 0,
+        };
+        let result = match d.outcome {
+            Outcome::Rendered => self.spool.finish(&entry, self.keep.as_deref()),
+            Outcome::Skipped | Outcome::Failed => {
+                let dir = self.spool.root().join(UNRENDERED);
+                tracing::warn!(
+                    "{} was acknowledged but not rendered; kept as {}",
+                    entry.rel.display(),
+                    dir.join(&entry.rel).display()
+                );
+                self.spool.finish(&entry, Some(&dir))
+            }
+            Outcome::Cancelled => return,
+        };
+        if let Err(e) = result {
+            tracing::warn!("spool: {e}; the entry stays until the next start");
         }
     }
 }

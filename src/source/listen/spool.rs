@@ -269,6 +269,11 @@ impl Spool {
         Ok((spool, found.into_iter().map(|(_, e)| e).collect()))
     }
 
+    /// Whether instances are acknowledged only once durable (`listen.durable`).
+    pub fn is_durable(&self) -> bool {
+        self.durable
+    }
+
     /// The spool folder.
     pub fn root(&self) -> &Path {
         &self.root
