@@ -1451,7 +1451,7 @@ impl CudaWorker {
 }
 
 /// A worker warms nvJPEG up only when the frames left would take longer than this at the
-/// run's rate so far: the first warm-up takes about 0.3 s, the others 55–120 ms together.
+/// run's rate so far: its warm-up takes about 0.3 s, one worker at a time.
 const WARM_UP_PAYS_AFTER: Duration = Duration::from_secs(1);
 
 impl CudaWorker {

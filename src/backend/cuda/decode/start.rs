@@ -7,9 +7,9 @@
 //!
 //! With `"cpu"` the gate of that codec stays closed (the loaders decode its frames on the CPU)
 //! while the codec thread makes its handles and a loader hands over a copy of the first such
-//! frame ([`StartGate::offer`]); then the render workers each decode that sample once on their
-//! own thread and stream ([`StartGate::warm_turn`]): the first alone, the others together
-//! once it is done; when the last has, the gate opens. No frame of the run
+//! frame ([`StartGate::offer`]); then the render workers, one at a time so that the others
+//! keep rendering what the CPU decodes, each decode that sample once on their own thread and
+//! stream ([`StartGate::warm_turn`]); when the last has, the gate opens. No frame of the run
 //! waits for the library's start. Other codecs are not gated (their first frame pays), nor
 //! JPEG 2000 (its CPU decoder is 10–35× slower per frame than nvJPEG2000's start).
 
@@ -140,7 +140,7 @@ impl StartGate {
     }
 
     /// The sample, for the calling worker to decode now on its own thread and stream, when the
-    /// gate is closed, the handles exist, a sample came and no first warm-up is under way;
+    /// gate is closed, the handles exist, a sample came and no other worker is warming up;
     /// the caller then reports [`worker_warmed`](Self::worker_warmed).
     pub fn warm_turn(&self) -> Option<Arc<Sample>> {
         if self.open.load(Ordering::Acquire)
@@ -150,9 +150,7 @@ impl StartGate {
             return None;
         }
         let sample = self.sample.lock().ok()?.clone()?;
-        // The first warm-up pays the library's one-time start (~300 ms) and goes alone: two
-        // at once both paid it. The later ones (55–120 ms each) overlap.
-        if self.warmed.load(Ordering::Acquire) == 0 && self.warming.swap(true, Ordering::AcqRel) {
+        if self.warming.swap(true, Ordering::AcqRel) {
             return None;
         }
         Some(sample)
@@ -255,9 +253,8 @@ mod tests {
     fn the_gated_codec_decodes_on_the_cpu_until_every_worker_warmed_up() {
         let gate = StartGate::new(GpuDecodeStart::Cpu, Some(GpuCodec::JpegLossless), None);
         let jls = GpuCodec::JpegLossless;
-        for _ in 0..3 {
-            gate.register_worker();
-        }
+        gate.register_worker();
+        gate.register_worker();
         assert_eq!(gate.start(jls), GpuStart::Meanwhile { sample: true });
         // Other codecs are not gated.
         assert_eq!(gate.start(GpuCodec::JpegDct), GpuStart::Now);
@@ -273,28 +270,24 @@ mod tests {
         assert!(gate.wait_for_sample(Duration::ZERO));
         assert!(gate.warm_turn().is_none());
         gate.handles_ready();
-        // The first worker alone.
+        // One worker at a time.
         let first = gate.warm_turn().map(|s| s.bytes.len());
         assert_eq!(first, Some(5));
         assert!(gate.warm_turn().is_none());
         gate.worker_warmed();
         assert_eq!(gate.start(jls), GpuStart::Meanwhile { sample: false });
-        // Then the others together.
-        assert!(gate.warm_turn().is_some());
         assert!(gate.warm_turn().is_some());
         gate.worker_warmed();
-        assert_eq!(gate.start(jls), GpuStart::Meanwhile { sample: false });
-        gate.worker_warmed();
-        // All warmed: open, and no more turns.
+        // Both warmed: open, and no more turns.
         assert_eq!(gate.start(jls), GpuStart::Now);
         assert!(gate.warm_turn().is_none());
         let line = gate.said().unwrap_or_default();
-        assert!(line.contains("5 JPEG lossless frame(s)"), "{line}");
+        assert!(line.contains("4 JPEG lossless frame(s)"), "{line}");
         assert!(line.contains("took over"), "{line}");
     }
 
     #[test]
-    fn racing_workers_get_one_first_turn_and_a_lost_worker_gives_it_back() {
+    fn racing_workers_get_one_turn_at_a_time_and_a_lost_worker_gives_its_turn_back() {
         let gate = Arc::new(StartGate::new(
             GpuDecodeStart::Cpu,
             Some(GpuCodec::JpegLossless),
