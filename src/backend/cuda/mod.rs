@@ -760,9 +760,11 @@ impl Backend for CudaBackend {
     fn finish(&self) {
         let (sync, stream, pinned) = decode::alloc::calls();
         if sync + stream + pinned > 0 {
+            let [t_sync, t_stream, t_pinned, t_free] = decode::alloc::millis();
             tracing::info!(
-                "codec library allocations: {sync} device (synchronous), {stream} device \
-                 (stream-ordered), {pinned} page-locked"
+                "codec library allocations: {sync} device (synchronous, {t_sync:.1} ms), \
+                 {stream} device (stream-ordered, {t_stream:.1} ms), {pinned} page-locked \
+                 ({t_pinned:.1} ms); page-locked frees {t_free:.1} ms"
             );
         }
         for line in [

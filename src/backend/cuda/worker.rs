@@ -1472,8 +1472,8 @@ impl CudaWorker {
         self.warming = false;
         self.shared.codecs.worker_warmed();
         match done {
-            Ok(()) => tracing::info!(
-                "render worker {}: nvJPEG warmed up in {:.0} ms",
+            Ok(parts) => tracing::info!(
+                "render worker {}: nvJPEG warmed up in {:.0} ms ({parts})",
                 self.index,
                 t.elapsed().as_secs_f64() * 1e3
             ),
@@ -1510,18 +1510,40 @@ impl CudaWorker {
         done == 0 || left as f64 > rate * WARM_UP_PAYS_AFTER.as_secs_f64()
     }
 
-    fn decode_sample(&mut self, sample: &crate::decode::compressed::Sample) -> Result<(), String> {
+    /// Decodes the sample; on success, where the time went (buffer, decoder, decode call,
+    /// the wait for the stream, and the codec library's page-locked allocations meanwhile,
+    /// which every thread adds to).
+    fn decode_sample(
+        &mut self,
+        sample: &crate::decode::compressed::Sample,
+    ) -> Result<String, String> {
+        let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+        let pinned_before = super::decode::alloc::millis()[2];
         let device = &self.shared.devices[self.device_slot];
         device.bind().map_err(|e| e.to_string())?;
+        let t = Instant::now();
         let bytes = sample.frame.coding.decoded_bytes();
         let dst = driver::ensure_buffer(&mut self.dev_decoded, &self.stream, bytes)
             .map_err(|e| e.to_string())?;
-        let decoded = self
-            .frame_decoder()
+        let buffer = ms(t);
+        let t = Instant::now();
+        let decoder = self.frame_decoder();
+        let made = ms(t);
+        let t = Instant::now();
+        let decoded = decoder
             .decode(&sample.frame, &sample.bytes, dst)
             .map_err(|e| e.to_string());
+        let call = ms(t);
+        let t = Instant::now();
         self.stream.synchronize().map_err(|e| e.to_string())?;
-        decoded.map(|_| ())
+        let wait = ms(t);
+        let pinned = super::decode::alloc::millis()[2] - pinned_before;
+        decoded.map(|_| {
+            format!(
+                "buffer {buffer:.1} ms, decoder {made:.1} ms, decode call {call:.1} ms, \
+                 stream wait {wait:.1} ms; page-locked allocations meanwhile {pinned:.1} ms"
+            )
+        })
     }
 }
 

@@ -24,6 +24,16 @@ use crate::backend::cuda::driver::Device;
 /// for the device, which would serialize the workers); logged when the backend finishes.
 pub static CALLS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
+/// Nanoseconds spent in the callbacks of [`CALLS`], in the same order, and (last) in the frees
+/// (a page-locked free first waits for its stream). Where a library's start goes (session 21:
+/// a render worker's first nvJPEG decode takes ~300 ms).
+pub static NANOS: [AtomicU64; 4] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
+
 /// The counts of [`CALLS`]: (synchronous device, stream-ordered device, page-locked).
 pub fn calls() -> (u64, u64, u64) {
     (
@@ -31,6 +41,22 @@ pub fn calls() -> (u64, u64, u64) {
         CALLS[1].load(Ordering::Relaxed),
         CALLS[2].load(Ordering::Relaxed),
     )
+}
+
+/// Milliseconds of [`NANOS`], summed over every thread.
+pub fn millis() -> [f64; 4] {
+    NANOS
+        .each_ref()
+        .map(|n| n.load(Ordering::Relaxed) as f64 / 1e6)
+}
+
+/// Runs `f`, adding its duration to `NANOS[slot]`.
+fn timed<T>(slot: usize, f: impl FnOnce() -> T) -> T {
+    let t = std::time::Instant::now();
+    let out = f();
+    let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    NANOS[slot].fetch_add(ns, Ordering::Relaxed);
+    out
 }
 
 /// What the callbacks need: the device whose context must be current, and the allocations made
@@ -90,10 +116,13 @@ pub unsafe extern "C" fn device_malloc(
         return 1;
     }
     let mut dptr: sys::CUdeviceptr = 0;
-    CALLS[usize::from(!stream.is_null())].fetch_add(1, Ordering::Relaxed);
+    let kind = usize::from(!stream.is_null());
+    CALLS[kind].fetch_add(1, Ordering::Relaxed);
     let r = if stream.is_null() {
         // SAFETY: out pointer valid, context current.
-        let r = unsafe { sys::cuMemAlloc_v2(&mut dptr, size.max(1)) };
+        let r = timed(kind, || unsafe {
+            sys::cuMemAlloc_v2(&mut dptr, size.max(1))
+        });
         if r == sys::CUresult::CUDA_SUCCESS {
             match ctx.synchronous.lock() {
                 Ok(mut set) => {
@@ -105,7 +134,9 @@ pub unsafe extern "C" fn device_malloc(
         r
     } else {
         // SAFETY: out pointer valid; the stream belongs to the bound context.
-        unsafe { sys::cuMemAllocAsync(&mut dptr, size.max(1), stream as sys::CUstream) }
+        timed(kind, || unsafe {
+            sys::cuMemAllocAsync(&mut dptr, size.max(1), stream as sys::CUstream)
+        })
     };
     if r != sys::CUresult::CUDA_SUCCESS {
         return 1;
@@ -171,7 +202,9 @@ pub unsafe extern "C" fn pinned_malloc(
     let mut p: *mut c_void = std::ptr::null_mut();
     CALLS[2].fetch_add(1, Ordering::Relaxed);
     // SAFETY: out pointer valid, context current.
-    let r = unsafe { sys::cuMemHostAlloc(&mut p, size.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) };
+    let r = timed(2, || unsafe {
+        sys::cuMemHostAlloc(&mut p, size.max(1), sys::CU_MEMHOSTALLOC_PORTABLE)
+    });
     if r != sys::CUresult::CUDA_SUCCESS {
         return 1;
     }
@@ -198,16 +231,18 @@ pub unsafe extern "C" fn pinned_free(
     if unsafe { context(ctx) }.is_none() {
         return 1;
     }
-    // SAFETY: the caller's stream is live; without one, wait for the whole device.
-    unsafe {
-        if stream.is_null() {
-            sys::cuCtxSynchronize();
-        } else {
-            sys::cuStreamSynchronize(stream as sys::CUstream);
+    let r = timed(3, || {
+        // SAFETY: the caller's stream is live; without one, wait for the whole device.
+        unsafe {
+            if stream.is_null() {
+                sys::cuCtxSynchronize();
+            } else {
+                sys::cuStreamSynchronize(stream as sys::CUstream);
+            }
         }
-    }
-    // SAFETY: ptr came from cuMemHostAlloc in pinned_malloc and is freed once.
-    let r = unsafe { sys::cuMemFreeHost(ptr) };
+        // SAFETY: ptr came from cuMemHostAlloc in pinned_malloc and is freed once.
+        unsafe { sys::cuMemFreeHost(ptr) }
+    });
     (r != sys::CUresult::CUDA_SUCCESS) as c_int
 }
 
