@@ -57,6 +57,14 @@ pub struct Finisher {
 impl Finisher {
     /// Handles `done` until the pipeline closes it, then ends what is left.
     pub fn run(&self, done: &Receiver<Done>) {
+        if !self.spool.is_durable() {
+            // Nothing to sync: each entry ends as soon as its outputs are written.
+            for d in done {
+                self.feed.done(&d.input, d.outcome, d.at);
+                self.end(d);
+            }
+            return;
+        }
         let out = match File::open(&self.output_dir) {
             Ok(f) => Some(f),
             Err(e) => {
@@ -69,7 +77,6 @@ impl Finisher {
         };
         let mut batch: Vec<Done> = Vec::new();
         let mut first: Option<Instant> = None;
-        let durable = self.spool.is_durable();
         loop {
             let wait = first.map_or(Duration::from_secs(3600), |t| {
                 BATCH_WAIT.saturating_sub(t.elapsed())
@@ -85,16 +92,6 @@ impl Finisher {
                 Err(RecvTimeoutError::Timeout) => false,
                 Err(RecvTimeoutError::Disconnected) => true,
             };
-            if !durable {
-                for d in batch.drain(..) {
-                    self.end(d);
-                }
-                first = None;
-                if closed {
-                    return;
-                }
-                continue;
-            }
             let due = first.is_some_and(|t| t.elapsed() >= BATCH_WAIT);
             if !batch.is_empty() && (due || closed || batch.len() >= BATCH_MAX) {
                 self.end_batch(out.as_ref(), std::mem::take(&mut batch));
