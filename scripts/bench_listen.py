@@ -18,7 +18,9 @@ Throughput rows: instances/s = files / (first send -> last store acknowledged), 
 also files / (first send -> last PNG on disk), i.e. received, rendered and written. listen runs
 twice per repetition: durable (the default: acknowledged after a syncfs) and with
 `listen.durable = false` (acknowledged once in the spool, storescp's guarantee: storescp
-never syncs). storescp runs with TCP_NODELAY=1 too (DCMTK reads it on both sides). Tools
+never syncs). With more than one association storescp runs twice: as it comes (one
+association at a time) and with `--fork` (a process per association). storescp runs with
+TCP_NODELAY=1 too (DCMTK reads it on both sides). Tools
 alternate within each repetition, so load on the box hits them alike; the best repetition is
 kept and the spread printed.
 
@@ -99,12 +101,15 @@ def send(a, files, port, ae, associations, env):
     return time.perf_counter() - t0, fails
 
 
-def run_storescp(a, files, associations, env):
+def run_storescp(a, files, associations, env, fork=False):
     port = free_port()
     store = os.path.join(a.work, "storescp")
     shutil.rmtree(store, ignore_errors=True)
     os.makedirs(store)
-    p = subprocess.Popen([STORESCP, "-aet", "STORESCP", "-od", store, str(port)], env=env,
+    # Without --fork storescp serves one association at a time (its default); with it, a
+    # child process per association.
+    p = subprocess.Popen([STORESCP, "-aet", "STORESCP", "-od", store, str(port)]
+                         + (["--fork"] if fork else []), env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         if not wait_port(port):
@@ -209,10 +214,14 @@ def main():
              ("listen (durable = false), render + PNG", lambda n: run_listen(a, files, n, False, env))]
     if have_dcmtk and not a.no_storescp:
         tools.insert(0, ("storescp (store only)", lambda n: run_storescp(a, files, n, env)))
+        tools.insert(1, ("storescp --fork (store only)",
+                         lambda n: run_storescp(a, files, n, env, fork=True)))
     for n in [int(x) for x in a.associations.split(",")]:
-        results = {name: [] for name, _ in tools}
+        # --fork changes nothing for one association.
+        here = [(name, fn) for name, fn in tools if n > 1 or "--fork" not in name]
+        results = {name: [] for name, _ in here}
         for _ in range(a.repeat):
-            for name, fn in tools:
+            for name, fn in here:
                 # Each receiver starts with nothing waiting to be written back: a previous
                 # run's unsynced files (storescp's, or listen's with durable = false) would
                 # otherwise be flushed by the kernel during the next run and slow it.
