@@ -51,6 +51,7 @@ pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, 
             .map_err(|e| FatalError::Other(format!("spool: {e}")))?;
     }
     let stop = live::stop_on_signal();
+    let opened = live::open_backend(&settings, started)?;
     let listener = Listener::start(opts.clone(), spool.clone(), feed.clone())
         .map_err(|e| FatalError::Other(e.to_string()))?;
     if !quiet {
@@ -72,6 +73,7 @@ pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, 
         &settings,
         quiet,
         started,
+        opened,
         files,
         stop,
         &feed_rx,

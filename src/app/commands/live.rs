@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use dicomflow::backend::Backend;
 use dicomflow::error::FatalError;
 use dicomflow::observe::stats::Stats;
 use dicomflow::paths::Escaped;
@@ -30,11 +31,35 @@ pub struct LiveSources<'a> {
     pub close: Box<dyn FnOnce() + Send + 'a>,
 }
 
+/// The backend of a live run, opened before its sources start, and when it was ready.
+pub struct OpenedBackend {
+    backend: Arc<dyn Backend>,
+    ready_s: f64,
+}
+
+/// Opens the backend before the caller starts its sources, so that the first arrivals do not
+/// wait for it: on the H200 host, paced at 200 instances/s over one association, a listener
+/// that started CUDA (~0.35 s) while the first instances came in had arrival → PNG p99
+/// 173–200 ms and max 222–249 ms, against p99 2.6–4.6 ms with the CPU backend (BENCHMARKS.md,
+/// "Real-time ingest", session 21). No inputs size the job: `auto` opens the GPU when there is
+/// one (a receiver runs long enough to repay it).
+pub fn open_backend(settings: &Settings, started: Instant) -> Result<OpenedBackend, FatalError> {
+    let backend = dicomflow::pipeline::select_backend(&settings.backend, &settings.job, &[])?;
+    // Kept alive to the end: the process exits without tearing the driver down.
+    std::mem::forget(backend.clone());
+    Ok(OpenedBackend {
+        backend,
+        ready_s: started.elapsed().as_secs_f64(),
+    })
+}
+
 /// Runs the pipeline on `feed` until `stop` is set (by a signal or `q`), showing `live`.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     settings: &Settings,
     quiet: bool,
     started: Instant,
+    opened: OpenedBackend,
     files: RunFiles,
     stop: Arc<AtomicBool>,
     feed: &FeedReceiver,
@@ -42,13 +67,9 @@ pub fn run(
 ) -> Result<i32, FatalError> {
     let live = sources.stats.clone();
     let job = &settings.job;
-    // No inputs to size the job by: `auto` opens the GPU when there is one (a receiver runs
-    // long enough to repay it).
-    let backend = dicomflow::pipeline::select_backend(&settings.backend, job, &[])?;
-    // Kept alive to the end: the process exits without tearing the driver down.
-    std::mem::forget(backend.clone());
+    let OpenedBackend { backend, ready_s } = opened;
     let mut process = ProcessTimes {
-        backend_ready_s: started.elapsed().as_secs_f64(),
+        backend_ready_s: ready_s,
         ..Default::default()
     };
     let stats = Stats::new();

@@ -22,6 +22,7 @@ pub fn execute(args: &WatchArgs, quiet: bool, started: Instant) -> Result<i32, F
     let stats = LiveStats::new();
     let (feed, feed_rx) = Feed::new(1024, stats.clone());
     let stop = live::stop_on_signal();
+    let opened = live::open_backend(&settings, started)?;
     let watcher = Watcher::start(
         &args.folders,
         std::slice::from_ref(out),
@@ -46,6 +47,7 @@ pub fn execute(args: &WatchArgs, quiet: bool, started: Instant) -> Result<i32, F
         &settings,
         quiet,
         started,
+        opened,
         files,
         stop,
         &feed_rx,
