@@ -548,3 +548,32 @@ fn write_huge_length_file(src: &Path, dst: &Path) {
     out.extend_from_slice(data);
     std::fs::write(dst, out).unwrap();
 }
+
+/// The backend opens before the port does (a listener must not acknowledge instances it then
+/// cannot render, nor make the first arrivals wait for CUDA's start): where CUDA cannot start,
+/// `listen --backend cuda` exits 2 naming the backend and never listens.
+#[test]
+fn a_backend_that_cannot_start_stops_listen_before_it_listens() {
+    if dicomflow::backend::cuda::driver::probe().is_ok() {
+        eprintln!("skipped: CUDA starts here, so the backend does not fail");
+        return;
+    }
+    let dir = tempdir("listen-no-backend");
+    let out = crate::common::dicomflow(&[
+        "listen",
+        "--backend",
+        "cuda",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--no-tui",
+        "-o",
+        dir.join("out").to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("backend"), "{stderr}");
+    assert!(!stderr.contains("listening on"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
