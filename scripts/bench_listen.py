@@ -216,9 +216,10 @@ def main():
         tools.insert(0, ("storescp (store only)", lambda n: run_storescp(a, files, n, env)))
         tools.insert(1, ("storescp --fork (store only)",
                          lambda n: run_storescp(a, files, n, env, fork=True)))
+    # --fork changes nothing for one association.
+    only_several = {"storescp --fork (store only)"}
     for n in [int(x) for x in a.associations.split(",")]:
-        # --fork changes nothing for one association.
-        here = [(name, fn) for name, fn in tools if n > 1 or "--fork" not in name]
+        here = [(name, fn) for name, fn in tools if n > 1 or name not in only_several]
         results = {name: [] for name, _ in here}
         for _ in range(a.repeat):
             for name, fn in here:

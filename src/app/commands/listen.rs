@@ -72,7 +72,6 @@ pub fn execute(args: &ListenArgs, quiet: bool, started: Instant) -> Result<i32, 
     live::run(
         &settings,
         quiet,
-        started,
         opened,
         files,
         stop,

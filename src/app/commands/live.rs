@@ -31,34 +31,37 @@ pub struct LiveSources<'a> {
     pub close: Box<dyn FnOnce() + Send + 'a>,
 }
 
-/// The backend of a live run, opened before its sources start, and when it was ready.
+/// The backend of a live run, opened before its sources start; when the process started and
+/// when the backend was ready.
 pub struct OpenedBackend {
     backend: Arc<dyn Backend>,
+    started: Instant,
     ready_s: f64,
 }
 
-/// Opens the backend before the caller starts its sources, so that the first arrivals do not
-/// wait for it: on the H200 host, paced at 200 instances/s over one association, a listener
-/// that started CUDA (~0.35 s) while the first instances came in had arrival → PNG p99
-/// 173–200 ms and max 222–249 ms, against p99 2.6–4.6 ms with the CPU backend (BENCHMARKS.md,
-/// "Real-time ingest", session 21). No inputs size the job: `auto` opens the GPU when there is
-/// one (a receiver runs long enough to repay it).
+/// Opens the backend before the caller starts its sources. With `backend = "cuda"` the first
+/// arrivals then do not wait for CUDA's start: on the H200 host, paced at 200 instances/s over
+/// one association, a listener that started CUDA (~0.35 s) while the first instances came in
+/// had arrival → PNG p99 173–200 ms and max 222–249 ms, against p99 2.6–4.6 ms with the CPU
+/// backend (BENCHMARKS.md, "Real-time ingest", session 21); and a backend that cannot start
+/// fails before anything is accepted. `auto` returns at once (it renders on the CPU while the
+/// GPU starts; no inputs size the job, so it opens the GPU when there is one: a receiver runs
+/// long enough to repay it).
 pub fn open_backend(settings: &Settings, started: Instant) -> Result<OpenedBackend, FatalError> {
     let backend = dicomflow::pipeline::select_backend(&settings.backend, &settings.job, &[])?;
     // Kept alive to the end: the process exits without tearing the driver down.
     std::mem::forget(backend.clone());
     Ok(OpenedBackend {
         backend,
+        started,
         ready_s: started.elapsed().as_secs_f64(),
     })
 }
 
 /// Runs the pipeline on `feed` until `stop` is set (by a signal or `q`), showing `live`.
-#[allow(clippy::too_many_arguments)]
 pub fn run(
     settings: &Settings,
     quiet: bool,
-    started: Instant,
     opened: OpenedBackend,
     files: RunFiles,
     stop: Arc<AtomicBool>,
@@ -67,7 +70,11 @@ pub fn run(
 ) -> Result<i32, FatalError> {
     let live = sources.stats.clone();
     let job = &settings.job;
-    let OpenedBackend { backend, ready_s } = opened;
+    let OpenedBackend {
+        backend,
+        started,
+        ready_s,
+    } = opened;
     let mut process = ProcessTimes {
         backend_ready_s: ready_s,
         ..Default::default()

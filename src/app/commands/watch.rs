@@ -46,7 +46,6 @@ pub fn execute(args: &WatchArgs, quiet: bool, started: Instant) -> Result<i32, F
     live::run(
         &settings,
         quiet,
-        started,
         opened,
         files,
         stop,

@@ -5,11 +5,12 @@
 //! instance exists durably as a spool entry or as its outputs.
 //!
 //! With `listen.durable = false` nothing is synced: an entry ends as soon as its outputs are
-//! written (they survive a crash of dicomflow, as the entry did), so its file is written over
-//! by a later instance while still in the page cache and never reaches the disk at all. A
-//! `syncfs` every batch there wrote every spool file and output out at once and made the spool
-//! create a new file for most instances (its free list refills only as entries end): about a
-//! third of the listener's CPU time on the 2-core box (BENCHMARKS.md, session 21).
+//! written (they survive a crash of dicomflow, as the entry did), so its file is usually
+//! written over by a later instance while still in the page cache, before the kernel's
+//! writeback (the spool keeps up to 64 ended files for reuse). A `syncfs` every batch there
+//! wrote every spool file and output out at once and made the spool create a new file for
+//! most instances (its free list refills only as entries end): about a third of the
+//! listener's CPU time on the 2-core box (BENCHMARKS.md, session 21).
 //!
 //! Rendered entries are removed (or moved to `keep_received`); entries that failed or are not
 //! images move to `SPOOL/unrendered/` (acknowledged data is never deleted unrendered); a
@@ -48,7 +49,8 @@ fn sync_filesystem(dir: &File) -> std::io::Result<()> {
 pub struct Finisher {
     pub spool: Arc<Spool>,
     pub feed: Arc<Feed>,
-    /// The output folder (its file system is synced before entries leave the spool).
+    /// The output folder (when durable, its file system is synced before entries leave the
+    /// spool).
     pub output_dir: PathBuf,
     /// Where rendered instances are kept, when they are.
     pub keep: Option<PathBuf>,
