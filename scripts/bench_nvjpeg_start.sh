@@ -14,27 +14,20 @@
 set -uo pipefail
 stage=$(readlink -f "$1")
 out=$(readlink -f "$2")
-mkdir -p "$out" /tmp/ns-libs /tmp/ns-bin
+mkdir -p "$out"
 summary=$out/summary.txt
 say() { echo "$*" | tee -a "$summary"; }
-for f in "$stage"/libs/*.xz; do [ -e "$f" ] && xz -dc "$f" > "/tmp/ns-libs/$(basename "$f" .xz)"; done
-export LD_LIBRARY_PATH=/tmp/ns-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-bin=/tmp/ns-bin/dicomflow
-f=$(ls "$stage"/bin/dicomflow* | head -1)
-case $f in *.xz) xz -dc "$f" > $bin ;; *) cp "$f" $bin ;; esac
-chmod +x $bin
+# shellcheck source=scripts/stage_unpack.sh
+. "$(dirname "$0")/stage_unpack.sh"
+stage_unpack "$stage" ns
 
 w=/dev/shm/ns
 default_configs="cpu:--backend cpu;gpu-start-cpu:--backend cuda --gpu-decode all;gpu-start-wait:--backend cuda --gpu-decode all --gpu-decode-start wait;cpu2:--backend cpu;gpu-start-cpu2:--backend cuda --gpu-decode all"
 for spec in ${SERIES:-jls512:10000 jls512:3000 jls512:1000 base512:3000 jls2000:300}; do
   name=${spec%%:*}; want=${spec#*:}
   [ -d "$stage/decode-data/$name" ] || { say "no $stage/decode-data/$name"; continue; }
-  rm -rf $w; mkdir -p $w/in
-  distinct=$(ls "$stage/decode-data/$name" | wc -l)
-  for i in $(seq 1 $(( (want + distinct - 1) / distinct ))); do
-    mkdir -p $w/in/c$i && cp "$stage/decode-data/$name"/* $w/in/c$i/
-  done
-  n=$(find $w/in -type f | wc -l)
+  rm -rf $w
+  n=$(replicate "$stage/decode-data/$name" "$want" $w/in)
   IFS=';' read -r -a cfgs <<< "${CONFIGS:-$default_configs}"
   for cfg in "${cfgs[@]}"; do
     label=${cfg%%:*}; args=${cfg#*:}

@@ -19,24 +19,18 @@ stage=$(readlink -f "$1")
 out=$(readlink -f "$2")
 sections=${3:-tests,compare,transfer,host2000,ab2000,resize,shard,encode,j2k,nvjpeg,listen,decode}
 here=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$out" /tmp/dv-libs /tmp/dv-bin
+mkdir -p "$out"
 summary=$out/summary.txt
 say() { echo "$*" | tee -a "$summary"; }
 want() { [[ ",$sections," == *",$1,"* ]]; }
-unpack() { # file.xz or file -> dest
-  case $1 in *.xz) xz -dc "$1" > "$2" ;; *) cp "$1" "$2" ;; esac
-  chmod +x "$2"
-}
-
-for f in "$stage"/libs/*.xz; do [ -e "$f" ] && xz -dc "$f" > "/tmp/dv-libs/$(basename "$f" .xz)"; done
-export LD_LIBRARY_PATH=/tmp/dv-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# shellcheck source=scripts/stage_unpack.sh
+. "$here/scripts/stage_unpack.sh"
+stage_unpack "$stage" dv
 if [ -d "$stage/tools" ]; then
   mkdir -p /tmp/dv-tools
   for f in "$stage"/tools/*; do unpack "$f" "/tmp/dv-tools/$(basename "$f" .xz)"; done
   export PATH=/tmp/dv-tools:$PATH
 fi
-bin=/tmp/dv-bin/dicomflow
-unpack "$(ls "$stage"/bin/dicomflow* | head -1)" "$bin"
 base=
 if ls "$stage"/dicomflow-*.xz >/dev/null 2>&1; then
   base=/tmp/dv-bin/dicomflow-base
@@ -187,11 +181,7 @@ if want nvjpeg; then
     name=${spec%%:*}; want_n=${spec#*:}
     [ -d "$stage/decode-data/$name" ] || continue
     w=/dev/shm/dv-nvjpeg; rm -rf $w
-    distinct=$(ls "$stage/decode-data/$name" | wc -l)
-    for i in $(seq 1 $(( (want_n + distinct - 1) / distinct ))); do
-      mkdir -p $w/in/c$i && cp "$stage/decode-data/$name"/* $w/in/c$i/
-    done
-    n=$(find $w/in -type f | wc -l)
+    n=$(replicate "$stage/decode-data/$name" "$want_n" $w/in)
     IFS=';' read -r -a cfgs <<< "${NVJPEG_CONFIGS:-cpu:--backend cpu;gpu-decode:--backend cuda --gpu-decode all;gpu-decode-4-streams:--backend cuda --gpu-decode all --streams 4;gpu-decode+gpu-png:--backend cuda --gpu-decode all --gpu-encode gpu;cpu-decode:--backend cuda --gpu-decode none}"
     for cfg in "${cfgs[@]}"; do
       label=${cfg%%:*}; args=${cfg#*:}
@@ -218,11 +208,7 @@ if want j2k && [ -d "$stage/decode-data/j2k" ]; then
   # JPEG 2000 lossless 512², 1000 slices (the stage's distinct slices copied): CPU decode, GPU
   # decode with a handle per device (default) and per worker, and GPU decode + GPU PNG.
   w=/dev/shm/dv-j2k; rm -rf $w
-  distinct=$(ls "$stage/decode-data/j2k" | wc -l)
-  for i in $(seq 1 $(( (1000 + distinct - 1) / distinct ))); do
-    mkdir -p $w/in/c$i && cp "$stage"/decode-data/j2k/* $w/in/c$i/
-  done
-  n=$(find $w/in -type f | wc -l)
+  n=$(replicate "$stage/decode-data/j2k" 1000 $w/in)
   for cfg in "cpu:--backend cpu" "gpu:--backend cuda" "gpu-worker-handles:--backend cuda" \
              "gpu-decode+gpu-png:--backend cuda --gpu-encode gpu"; do
     label=${cfg%%:*}; args=${cfg#*:}

@@ -16,22 +16,15 @@ stage=$(readlink -f "$1")
 out=$(readlink -f "$2")
 slices=${3:-3000}
 repeat=${4:-4}
-mkdir -p "$out" /tmp/jt-libs /tmp/jt-bin
+mkdir -p "$out"
 summary=$out/summary.txt
 say() { echo "$*" | tee -a "$summary"; }
-for f in "$stage"/libs/*.xz; do [ -e "$f" ] && xz -dc "$f" > "/tmp/jt-libs/$(basename "$f" .xz)"; done
-export LD_LIBRARY_PATH=/tmp/jt-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-bin=/tmp/jt-bin/dicomflow
-f=$(ls "$stage"/bin/dicomflow* | head -1)
-case $f in *.xz) xz -dc "$f" > $bin ;; *) cp "$f" $bin ;; esac
-chmod +x $bin
+# shellcheck source=scripts/stage_unpack.sh
+. "$(dirname "$0")/stage_unpack.sh"
+stage_unpack "$stage" jt
 
 w=/dev/shm/jt; rm -rf $w
-distinct=$(ls "$stage/decode-data/${J2K_DATA:-j2k}" | wc -l)
-for i in $(seq 1 $(( (slices + distinct - 1) / distinct ))); do
-  mkdir -p $w/in/c$i && cp "$stage"/decode-data/${J2K_DATA:-j2k}/* $w/in/c$i/
-done
-n=$(find $w/in -type f | wc -l)
+n=$(replicate "$stage/decode-data/${J2K_DATA:-j2k}" "$slices" $w/in)
 say "== $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); $(nproc) cores; $n slices; $(date -u +%FT%TZ)"
 
 one_run() { # label args...
