@@ -16,6 +16,7 @@ mod cli;
 mod conformance;
 mod dashboard_tmux;
 mod dataset;
+mod fdeflate_on_host;
 mod gpu;
 mod kernels_on_host;
 mod listen;
