@@ -59,8 +59,8 @@ pub enum BenchCommand {
     /// Compressed frames decoded by the CPU decoders and by the GPU codecs (nvJPEG2000,
     /// nvJPEG): stored values and 8-bit renderings compared, time of each.
     Decode(DecodeArgs),
-    /// GPU encoders (nvCOMP PNG, nvJPEG) against the CPU's: time, sustained rate, size,
-    /// identical pixels / PSNR, and the layout of nvCOMP's streams.
+    /// GPU encoders (PNG: the fdeflate kernels and nvCOMP; JPEG: nvJPEG) against the CPU's:
+    /// time, sustained rate, size, identical pixels / PSNR, and the Deflate streams' layout.
     GpuEncode(GpuEncodeArgs),
 }
 
@@ -195,10 +195,16 @@ pub struct GpuEncodeArgs {
     /// Slices per stream in the sustained runs.
     #[arg(long, default_value_t = 200)]
     pub rounds: usize,
-    /// nvCOMP Gzip algorithms to try (0 fastest .. 5 smallest).
-    #[arg(long, value_delimiter = ',', default_value = "0,1,2,4")]
+    /// PNG compressors to try: -1 dicomflow's fdeflate kernels (the `fast` level), 0..5
+    /// nvCOMP's Gzip algorithms (0 fastest .. 5 smallest).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "-1,0,1,2,4",
+        allow_hyphen_values = true
+    )]
     pub algorithms: Vec<i32>,
-    /// Slices per nvCOMP call to try (each a row of its own).
+    /// Slices per compression call to try (each a row of its own).
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     pub batches: Vec<usize>,
     /// Folder for sample outputs (GPU PNG and JPEG, raw nvCOMP chunks).

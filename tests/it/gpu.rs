@@ -1457,18 +1457,16 @@ fn files(dir: &Path, ext: &str) -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 /// The acceptance run: every conformance fixture and the 200-slice sample series, CUDA
-/// backend with the GPU encoders against the CPU backend. PNG: identical pixels, every file
-/// decoded strictly by the png crate and by image (and Pillow where installed); the report
+/// backend with the GPU encoders against the CPU backend. PNG (`fast`, the fdeflate kernels):
+/// files identical byte for byte, every file decoded strictly by the png crate and by image
+/// (and Pillow and pngcheck where installed); the report
 /// says the GPU encoded them. JPEG at the same quality: PSNR against the CPU's at least 40 dB
 /// per file, total size within 15 %. With DICOMFLOW_GPU_SAMPLES set, a few GPU files are
 /// copied there (for pngcheck on another machine).
 #[test]
 fn gpu_encoded_fixtures_and_series_match_the_cpu_backend() {
     let test = "gpu_encoded_fixtures_and_series_match_the_cpu_backend";
-    if gpu_or_skip(test).is_none()
-        || !gpu_encoder_or_skip(test, "libnvcomp.so.6")
-        || !gpu_encoder_or_skip(test, "libnvjpeg.so.13")
-    {
+    if gpu_or_skip(test).is_none() || !gpu_encoder_or_skip(test, "libnvjpeg.so.13") {
         return;
     }
     let root = tempdir("gpu-encode");
@@ -1545,6 +1543,7 @@ fn gpu_encoded_fixtures_and_series_match_the_cpu_backend() {
                             decode_png_both(c, &what),
                             "{what}"
                         );
+                        assert!(g == c, "{what}: not the CPU's bytes");
                     } else {
                         let gi =
                             image::load_from_memory(g).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -1573,6 +1572,9 @@ fn gpu_encoded_fixtures_and_series_match_the_cpu_backend() {
                     gpu_frames > 0,
                     "{name} {format}: no frame encoded on the GPU"
                 );
+                if format == "png" {
+                    assert!(encoder.contains("fdeflate"), "{name}: {encoder}");
+                }
                 if format == "jpeg" {
                     assert!(worst >= 40.0, "{name}: worst PSNR {worst:.1} dB");
                     assert!(
@@ -1596,14 +1598,15 @@ fn gpu_encoded_fixtures_and_series_match_the_cpu_backend() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
-/// GPU PNG in batches: one render worker that takes up to 16 waiting frames per nvCOMP call
-/// compresses the 200-slice series in fewer calls than frames (the backend's closing line
-/// says how many), and every file decodes to the CPU backend's pixels, with the slots mapped
-/// (zero-copy) and on the heap (pageable: the length word is read first).
+/// GPU PNG in batches: one render worker that takes up to 16 waiting frames per compression
+/// call compresses the 200-slice series in fewer calls than frames (the backend's closing line
+/// says how many), with the slots mapped (zero-copy) and on the heap (pageable: the length word
+/// is read first). `fast` (the fdeflate kernels): every file is the CPU backend's, byte for
+/// byte. `balanced` (nvCOMP, where installed): every file decodes to the CPU backend's pixels.
 #[test]
 fn gpu_png_batches_compress_several_frames_per_call_to_the_cpu_pixels() {
     let test = "gpu_png_batches_compress_several_frames_per_call_to_the_cpu_pixels";
-    if gpu_or_skip(test).is_none() || !gpu_encoder_or_skip(test, "libnvcomp.so.6") {
+    if gpu_or_skip(test).is_none() {
         return;
     }
     let root = tempdir("gpu-png-batches");
@@ -1622,104 +1625,129 @@ fn gpu_png_batches_compress_several_frames_per_call_to_the_cpu_pixels() {
     ]);
     let expected = files(&cpu, "png");
     assert_eq!(expected.len(), 200);
-    for transfer in ["zero-copy", "pageable"] {
-        let gpu = root.join(transfer);
-        let out = dicomflow_ok(&[
-            "-v",
-            "run",
-            i,
-            "-o",
-            gpu.to_str().unwrap(),
-            "--no-tui",
-            "--backend",
-            "cuda",
-            "--gpu-encode",
-            "gpu",
-            "--streams",
-            "1",
-            "--encode-batch",
-            "16",
-            "--transfer",
-            transfer,
-        ]);
-        let (line, frames, calls) = batched_calls(&stderr(&out), "GPU PNG: ", transfer);
-        assert_eq!(frames, 200, "{line}");
-        assert!(calls < frames, "{transfer}: no batch formed: {line}");
-        eprintln!("{transfer}: {line}");
-        let got = files(&gpu, "png");
-        assert_eq!(got.len(), expected.len(), "{transfer}: file count");
-        png_tools_check(&gpu, &got);
-        for ((p, g), (_, c)) in got.iter().zip(&expected) {
-            let what = format!("{transfer} {}", p.display());
-            assert_eq!(
-                decode_png_both(g, &what),
-                decode_png_both(c, &what),
-                "{what}"
-            );
-        }
+    let mut levels = vec!["fast"];
+    if gpu_encoder_or_skip(&format!("{test} (balanced)"), "libnvcomp.so.6") {
+        levels.push("balanced");
     }
-    std::fs::remove_dir_all(&root).unwrap();
-}
-
-/// `gpu.encode = auto` compresses PNG on the GPU for 2000² frames (where nvCOMP in batches beat
-/// the writers on the H200) and leaves 512² frames to the CPU encoders, saying why; the large
-/// frames' PNGs decode to the CPU backend's pixels.
-#[test]
-fn gpu_auto_encodes_png_on_the_gpu_for_large_frames_only() {
-    let test = "gpu_auto_encodes_png_on_the_gpu_for_large_frames_only";
-    if gpu_or_skip(test).is_none() || !gpu_encoder_or_skip(test, "libnvcomp.so.6") {
-        return;
-    }
-    let root = tempdir("gpu-auto-png");
-    let large = root.join("large");
-    common::synth(&large, &["--size", "2000", "--slices", "6"]);
-    for (input, gpu_expected) in [(large.clone(), true), (repo_path("assets/sample"), false)] {
-        let name = if gpu_expected { "large" } else { "small" };
-        let report = root.join(format!("{name}.json"));
-        let out = root.join(format!("{name}-out"));
-        dicomflow_ok(&[
-            "run",
-            input.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "-q",
-            "--no-tui",
-            "--backend",
-            "cuda",
-            "--report",
-            report.to_str().unwrap(),
-        ]);
-        let r: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-        let backend = &r["result"]["backend"];
-        let encoder = backend["encoder"].as_str().unwrap();
-        if gpu_expected {
-            assert!(encoder.starts_with("gpu: nvCOMP"), "{name}: {backend}");
-            let cpu = root.join("large-cpu");
-            dicomflow_ok(&[
+    for level in levels {
+        for transfer in ["zero-copy", "pageable"] {
+            let gpu = root.join(format!("{level}-{transfer}"));
+            let out = dicomflow_ok(&[
+                "-v",
                 "run",
-                input.to_str().unwrap(),
+                i,
                 "-o",
-                cpu.to_str().unwrap(),
-                "-q",
+                gpu.to_str().unwrap(),
                 "--no-tui",
                 "--backend",
-                "cpu",
+                "cuda",
+                "--gpu-encode",
+                "gpu",
+                "--png-compression",
+                level,
+                "--streams",
+                "1",
+                "--encode-batch",
+                "16",
+                "--transfer",
+                transfer,
             ]);
-            let (got, expected) = (files(&out, "png"), files(&cpu, "png"));
-            assert_eq!(got.len(), 6);
+            let run = format!("{level} {transfer}");
+            let (line, frames, calls) = batched_calls(&stderr(&out), "GPU PNG: ", &run);
+            assert_eq!(frames, 200, "{line}");
+            assert!(calls < frames, "{run}: no batch formed: {line}");
+            eprintln!("{run}: {line}");
+            let got = files(&gpu, "png");
+            assert_eq!(got.len(), expected.len(), "{run}: file count");
+            png_tools_check(&gpu, &got);
             for ((p, g), (_, c)) in got.iter().zip(&expected) {
-                let what = format!("auto 2000² {}", p.display());
+                let what = format!("{run} {}", p.display());
                 assert_eq!(
                     decode_png_both(g, &what),
                     decode_png_both(c, &what),
                     "{what}"
                 );
+                if level == "fast" {
+                    assert!(g == c, "{what}: not the CPU's bytes");
+                }
             }
-        } else {
-            assert_eq!(encoder, "cpu", "{name}: {backend}");
-            let why = backend["encoder_reason"].as_str().unwrap_or_default();
-            assert!(why.contains("2000 x 2000"), "{name}: {backend}");
+        }
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// `gpu.encode = auto`: `fast` PNG (the default) goes to the fdeflate kernels at every frame
+/// size, byte-identical to the CPU backend's; `balanced` PNG goes to nvCOMP for 2000² frames
+/// (where nvCOMP in batches beat the writers on the H200; pixels identical) and stays with the
+/// CPU encoders for 512² frames, saying why.
+#[test]
+fn gpu_auto_encodes_png_on_the_gpu_for_large_frames_only() {
+    let test = "gpu_auto_encodes_png_on_the_gpu_for_large_frames_only";
+    if gpu_or_skip(test).is_none() {
+        return;
+    }
+    let nvcomp = gpu_encoder_or_skip(&format!("{test} (balanced)"), "libnvcomp.so.6");
+    let root = tempdir("gpu-auto-png");
+    let large = root.join("large");
+    common::synth(&large, &["--size", "2000", "--slices", "6"]);
+    for level in ["fast", "balanced"] {
+        if level == "balanced" && !nvcomp {
+            continue;
+        }
+        for (input, large_frames) in [(large.clone(), true), (repo_path("assets/sample"), false)] {
+            let name = format!("{level} {}", if large_frames { "large" } else { "small" });
+            let tag = name.replace(' ', "-");
+            let report = root.join(format!("{tag}.json"));
+            let out = root.join(format!("{tag}-out"));
+            let cpu = root.join(format!("{tag}-cpu"));
+            for (backend, dir) in [("cuda", &out), ("cpu", &cpu)] {
+                let mut args = vec![
+                    "run",
+                    input.to_str().unwrap(),
+                    "-o",
+                    dir.to_str().unwrap(),
+                    "-q",
+                    "--no-tui",
+                    "--backend",
+                    backend,
+                    "--png-compression",
+                    level,
+                ];
+                if backend == "cuda" {
+                    args.extend(["--report", report.to_str().unwrap()]);
+                }
+                dicomflow_ok(&args);
+            }
+            let r: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+            let backend = &r["result"]["backend"];
+            let encoder = backend["encoder"].as_str().unwrap();
+            let (got, expected) = (files(&out, "png"), files(&cpu, "png"));
+            assert_eq!(got.len(), expected.len(), "{name}");
+            match (level, large_frames) {
+                ("fast", _) => {
+                    assert!(encoder.starts_with("gpu: fdeflate"), "{name}: {backend}");
+                    for ((p, g), (_, c)) in got.iter().zip(&expected) {
+                        assert!(g == c, "{name} {}: not the CPU's bytes", p.display());
+                    }
+                }
+                (_, true) => {
+                    assert!(encoder.starts_with("gpu: nvCOMP"), "{name}: {backend}");
+                    for ((p, g), (_, c)) in got.iter().zip(&expected) {
+                        let what = format!("{name} {}", p.display());
+                        assert_eq!(
+                            decode_png_both(g, &what),
+                            decode_png_both(c, &what),
+                            "{what}"
+                        );
+                    }
+                }
+                (_, false) => {
+                    assert_eq!(encoder, "cpu", "{name}: {backend}");
+                    let why = backend["encoder_reason"].as_str().unwrap_or_default();
+                    assert!(why.contains("2000 x 2000"), "{name}: {backend}");
+                }
+            }
         }
     }
     std::fs::remove_dir_all(&root).unwrap();
@@ -1798,7 +1826,7 @@ fn gpu_bench_gpu_encode_prints_png_and_jpeg_rows() {
         "--streams",
         "2",
         "--algorithms",
-        "1",
+        "-1,1",
         "--batches",
         "1,4",
     ];
@@ -1810,22 +1838,27 @@ fn gpu_bench_gpu_encode_prints_png_and_jpeg_rows() {
         assert!(err.contains("libcuda") || err.contains("device"), "{err}");
         return;
     }
-    if !gpu_encoder_or_skip(test, "libnvcomp.so.6") {
-        return;
-    }
     let out = dicomflow_ok(&args);
     let table = stdout(&out);
+    let nvcomp = gpu_encoder_or_skip(&format!("{test} (nvCOMP rows)"), "libnvcomp.so.6");
+    for alg in ["-1", "1"].iter().filter(|a| **a == "-1" || nvcomp) {
+        let row = |batch: &str, same: &str| {
+            table.lines().any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() > 3
+                    && w[0] == "256"
+                    && w[1] == *alg
+                    && w[2] == batch
+                    && w.last() == Some(&same)
+            })
+        };
+        assert!(row("1", "2/2"), "{alg}: {table}");
+        // Four slices in one call, each decoding to its own pixels.
+        assert!(row("4", "4/4"), "{alg}: {table}");
+    }
+    // The fdeflate kernels write the CPU's fast PNG, byte for byte.
     assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("256 ") && l.trim_end().ends_with(" 2/2")),
-        "{table}"
-    );
-    // Four slices in one nvCOMP call, each decoding to its own pixels.
-    assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("256 ") && l.trim_end().ends_with(" 4/4")),
+        table.contains("256² -1: 2/2 files byte-identical to the CPU's fast PNG"),
         "{table}"
     );
     assert!(table.contains("one Deflate stream"), "{table}");

@@ -1,6 +1,7 @@
 //! `dicomflow bench gpu-encode`: the GPU encoders against the CPU's, on rendered phantom CT
-//! slices. For PNG, each nvCOMP algorithm: time per slice (CUDA events: nvCOMP's compression,
-//! then the checksum and the gzip-to-zlib rewrite), sustained slices/s on several streams,
+//! slices. For PNG, the fdeflate kernels (algorithm -1) and each nvCOMP algorithm: time per
+//! call (CUDA events: the compression, then for nvCOMP the checksum and the gzip-to-zlib
+//! rewrite), sustained slices/s on several streams,
 //! output size against the CPU encoder's `fast` PNG, whether every file decodes to the same
 //! pixels, and the layout of the Deflate stream nvCOMP made. For JPEG, nvJPEG against the
 //! `image` crate at the same quality: time, sustained rate, size, PSNR. Optionally writes
@@ -15,7 +16,7 @@ use dicomflow::backend::cpu::CpuRenderer;
 use dicomflow::backend::cuda::driver::{
     self, Args, CudaError, Device, DeviceBuffer, Event, Module, Stream,
 };
-use dicomflow::backend::cuda::encode::{packed_len, GpuPng, PngInput, PACKED_HEADER};
+use dicomflow::backend::cuda::encode::{packed_len, Deflater, GpuPng, PngInput, PACKED_HEADER};
 use dicomflow::backend::cuda::nvcomp::Nvcomp;
 use dicomflow::backend::cuda::nvjpeg::{Chroma, JpegEncoder, Nvjpeg};
 use dicomflow::backend::cuda::nvrtc;
@@ -220,23 +221,17 @@ fn on_streams(
 fn png_sustained(
     device: &Arc<Device>,
     module: &Arc<Module>,
-    nvcomp: &Arc<Nvcomp>,
+    deflater: &Deflater,
     rows: &[u64],
     rows_len: usize,
-    algorithm: i32,
+    row_bytes: usize,
     batch: usize,
     streams: usize,
     rounds: usize,
 ) -> Result<f64, String> {
     let calls = rounds.div_ceil(batch);
     let rate = on_streams(device, streams, calls * batch, |t, stream| {
-        let mut enc = GpuPng::new(
-            nvcomp.clone(),
-            module,
-            stream.clone(),
-            algorithm,
-            [0x78, 0x01],
-        )?;
+        let mut enc = GpuPng::new(deflater.clone(), module, stream.clone())?;
         let stride = (rows_len + 64).div_ceil(256) * 256;
         let mut host = driver::MappedRegion::new(stride * batch).map_err(e)?;
         let dst = host.register().map_err(e)?;
@@ -245,6 +240,7 @@ fn png_sustained(
                 .map(|b| PngInput {
                     rows: rows[(t + c * batch + b) % rows.len()],
                     len: rows_len,
+                    row_bytes,
                     cap: rows_len,
                 })
                 .collect();
@@ -276,6 +272,7 @@ fn png_batch_check(
         .map(|b| PngInput {
             rows: dev.rows[b % dev.rows.len()].ptr(),
             len: dev.rows_len,
+            row_bytes: size as usize + 1,
             cap: dev.rows_len,
         })
         .collect();
@@ -384,14 +381,13 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
             png_filter: PngFilter::Adaptive,
             jpeg_quality: 90,
         });
-        let (mut cpu_bytes, mut cpu_ms) = (0usize, Vec::new());
+        let (mut cpu_bytes, mut cpu_ms, mut cpu_files) = (0usize, Vec::new(), Vec::new());
         for px in &slices {
             let t = Instant::now();
-            cpu_bytes += cpu
-                .encode(size, size, 1, px)
-                .map_err(|e| e.to_string())?
-                .len();
+            let file = cpu.encode(size, size, 1, px).map_err(|e| e.to_string())?;
             cpu_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            cpu_bytes += file.len();
+            cpu_files.push(file.to_vec());
         }
         let cpu_ms = median(&mut cpu_ms);
         let dev = upload(&stream, &module, size, &slices)?;
@@ -413,20 +409,27 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
             "{size}²: CPU fast PNG {cpu_ms:.2} ms/slice (one core), {:.1} % of raw",
             cpu_bytes as f64 * 100.0 / (slices.len() * slices[0].len()) as f64
         );
-        if let Ok(nvcomp) = &nvcomp {
+        {
             let marks = [
                 Event::new(&device).map_err(e)?,
                 Event::new(&device).map_err(e)?,
                 Event::new(&device).map_err(e)?,
             ];
             for &algorithm in &opts.algorithms {
-                let mut enc = match GpuPng::new(
-                    nvcomp.clone(),
-                    &module,
-                    stream.clone(),
-                    algorithm,
-                    [0x78, 0x01],
-                ) {
+                // -1: the fdeflate kernels; 0..5: nvCOMP's algorithms.
+                let deflater = match (algorithm, &nvcomp) {
+                    (-1, _) => Deflater::Fdeflate,
+                    (_, Ok(lib)) => Deflater::Nvcomp {
+                        lib: lib.clone(),
+                        algorithm,
+                        zlib_header: [0x78, 0x01],
+                    },
+                    (_, Err(err)) => {
+                        notes.push(format!("algorithm {algorithm}: {err}"));
+                        continue;
+                    }
+                };
+                let mut enc = match GpuPng::new(deflater.clone(), &module, stream.clone()) {
                     Ok(enc) => enc,
                     Err(err) => {
                         notes.push(format!("algorithm {algorithm}: {err}"));
@@ -435,18 +438,24 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
                 };
                 let (mut c_ms, mut f_ms) = (Vec::new(), Vec::new());
                 let (mut bytes, mut same, mut failed) = (0usize, 0usize, Vec::new());
+                let mut same_bytes = 0usize;
                 let mut layout = String::new();
                 for (i, px) in slices.iter().enumerate() {
                     let cap = dev.rows_len;
                     marks[0].record(&stream).map_err(e)?;
-                    let packed =
-                        match enc.queue(dev.rows[i].ptr(), dev.rows_len, cap, Some(&marks[1])) {
-                            Ok(p) => p,
-                            Err(err) => {
-                                failed.push(err);
-                                break;
-                            }
-                        };
+                    let input = PngInput {
+                        rows: dev.rows[i].ptr(),
+                        len: dev.rows_len,
+                        row_bytes: size as usize + 1,
+                        cap,
+                    };
+                    let packed = match enc.queue(input, Some(&marks[1])) {
+                        Ok(p) => p,
+                        Err(err) => {
+                            failed.push(err);
+                            break;
+                        }
+                    };
                     marks[2].record(&stream).map_err(e)?;
                     stream.synchronize().map_err(e)?;
                     let ms = |a: &Event, b: &Event| {
@@ -463,6 +472,9 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
                     let mut file = Vec::new();
                     png_from_zlib(&mut file, size, size, 1, &z).map_err(|e| e.to_string())?;
                     bytes += file.len();
+                    if cpu_files.get(i) == Some(&file) {
+                        same_bytes += 1;
+                    }
                     match decode_png(&file) {
                         Ok(back) if &back == px => same += 1,
                         Ok(_) => failed.push(format!("slice {i}: pixels differ")),
@@ -481,6 +493,10 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
                 if !failed.is_empty() {
                     notes.push(format!("{size}² {algorithm}: {}", failed.join("; ")));
                 }
+                notes.push(format!(
+                    "{size}² {algorithm}: {same_bytes}/{} files byte-identical to the CPU's fast PNG",
+                    slices.len()
+                ));
                 for &batch in &opts.batches {
                     let (call_ms, identical) = if batch == 1 {
                         (median(&mut c_ms), format!("{same}/{}", slices.len()))
@@ -504,10 +520,10 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
                             png_sustained(
                                 &device,
                                 &module,
-                                nvcomp,
+                                &deflater,
                                 &rows,
                                 dev.rows_len,
-                                algorithm,
+                                size as usize + 1,
                                 batch,
                                 streams,
                                 opts.rounds,
@@ -542,7 +558,8 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
     let streams: Vec<String> = opts.streams.iter().map(|n| format!("{n} str/s")).collect();
     let _ = writeln!(
         s,
-        "\nPNG on the GPU: nvCOMP gzip, one member per slice, `batch` slices per nvCOMP call \
+        "\nPNG on the GPU: alg -1 dicomflow's fdeflate kernels, 0..5 nvCOMP gzip (one member per \
+         slice); `batch` slices per call \
          (call ms: CUDA events around one call; sustained: N streams × {} slices each, \
          synchronized per call, packed streams copied to mapped host memory; slices/s)",
         opts.rounds

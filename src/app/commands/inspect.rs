@@ -38,12 +38,14 @@ pub fn encoder_line(
         Ok(w) => w,
         Err(why) => return format!("CPU ({why})"),
     };
-    // Under auto, PNG goes to the GPU only for large frames.
+    // Under auto, balanced/best PNG (nvCOMP) goes to the GPU only for large frames.
     let when = if choice == GpuEncodeChoice::Auto
         && matches!(
             want,
             dicomflow::backend::cuda::encode::GpuEncodeWish::Png { .. }
-        ) {
+        )
+        && want.library().is_some()
+    {
         let side = (dicomflow::backend::cuda::AUTO_GPU_PNG_MIN_PIXELS as f64).sqrt();
         format!("for frames of {side:.0} x {side:.0} pixels or more ")
     } else {
@@ -52,10 +54,14 @@ pub fn encoder_line(
     if let Err(why) = dicomflow::backend::cuda::driver::libraries() {
         return format!("CPU (no CUDA backend here: {why})");
     }
-    match dicomflow::backend::cuda::libs::open(&[want.library()], library_path) {
+    let Some(library) = want.library() else {
+        return format!(
+            "GPU {when}when the CUDA backend renders (dicomflow's fdeflate kernels); CPU otherwise"
+        );
+    };
+    match dicomflow::backend::cuda::libs::open(&[library], library_path) {
         Ok(found) => format!(
-            "GPU {when}when the CUDA backend renders ({} from {}); CPU otherwise",
-            want.library(),
+            "GPU {when}when the CUDA backend renders ({library} from {}); CPU otherwise",
             found.path.display()
         ),
         Err(why) => format!("CPU ({why})"),

@@ -2,6 +2,13 @@
 //! become one zlib stream in device memory, ready to be copied into the output slot; the
 //! writer only wraps it in the PNG container (`output::png::png_from_zlib`) and writes it.
 //!
+//! Two compressors ([`Deflater`]). The `fast` level runs fdeflate's compressor as our own
+//! kernels (kernels/fdeflate.cu): the stream the CPU's `fast` PNG holds, byte for byte, at a
+//! fraction of a millisecond per batch. It is hand-written because nvCOMP, the library, costs
+//! 2.2–5 ms per call whatever the batch and tops out at ~22 000 slices/s of 512² on the H200
+//! (BENCHMARKS.md, "GPU encoders"), under the CPU backend's rate with the writers compressing.
+//! `balanced` and `best` use nvCOMP, whose stronger algorithms the kernels do not have.
+//!
 //! nvCOMP's batched Gzip compressor takes the whole slice as one chunk and writes one gzip
 //! member: it splits the data internally, compresses the parts in parallel and joins them into
 //! one Deflate stream with empty stored blocks (`bench gpu-encode` prints the layout). nvCOMP's
@@ -123,36 +130,65 @@ impl PngEffort {
     }
 }
 
+/// What compresses the filtered rows.
+#[derive(Clone)]
+pub enum Deflater {
+    /// fdeflate's compressor as kernels (kernels/fdeflate.cu): the CPU's `fast` stream, byte
+    /// for byte; no library needed.
+    Fdeflate,
+    /// nvCOMP's gzip compressor at `algorithm`, the stream labelled with `zlib_header`.
+    Nvcomp {
+        lib: Arc<Nvcomp>,
+        algorithm: i32,
+        zlib_header: [u8; 2],
+    },
+}
+
+impl Deflater {
+    /// What it is, in words ("fdeflate kernels", "nvCOMP 6.0.0 gzip, algorithm 2").
+    pub fn describe(&self) -> String {
+        match self {
+            Deflater::Fdeflate => "fdeflate kernels".into(),
+            Deflater::Nvcomp { lib, algorithm, .. } => {
+                format!("nvCOMP {} gzip, algorithm {algorithm}", lib.version)
+            }
+        }
+    }
+}
+
 /// An encoder the GPU can run for a run's output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuEncodeWish {
     /// PNG: rows filtered with `filter` (a PNG filter type, or 5 for the adaptive choice; see
-    /// kernels/png.cu), compressed by nvCOMP.
+    /// kernels/png.cu), compressed by the fdeflate kernels (`Fast`) or nvCOMP (`Strong`).
     Png { filter: u32, effort: PngEffort },
     /// Baseline JPEG at `quality` by nvJPEG.
     Jpeg { quality: u8 },
 }
 
 impl GpuEncodeWish {
-    /// The library the encoder needs.
-    pub fn library(self) -> &'static str {
+    /// The library the encoder needs (`None`: our kernels only).
+    pub fn library(self) -> Option<&'static str> {
         match self {
-            GpuEncodeWish::Png { .. } => "libnvcomp.so.6",
-            GpuEncodeWish::Jpeg { .. } => "libnvjpeg.so.13",
+            GpuEncodeWish::Png {
+                effort: PngEffort::Fast,
+                ..
+            } => None,
+            GpuEncodeWish::Png { .. } => Some("libnvcomp.so.6"),
+            GpuEncodeWish::Jpeg { .. } => Some("libnvjpeg.so.13"),
         }
     }
 }
 
 /// One worker's GPU PNG compressor (it owns scratch device memory on the worker's stream).
-/// It compresses one slice per nvCOMP call ([`queue`](Self::queue)) or several
-/// ([`queue_batch`](Self::queue_batch)): nvCOMP's gzip compressor costs about 2–4 ms per call
-/// whatever the slice size (BENCHMARKS.md, "GPU encoders"), so a call for several slices
-/// spreads that over all of them.
+/// It compresses one slice per call ([`queue`](Self::queue)) or several
+/// ([`queue_batch`](Self::queue_batch)): nvCOMP costs about 2–4 ms per call whatever the slice
+/// size (BENCHMARKS.md, "GPU encoders"), so a call for several slices spreads that over all of
+/// them; the fdeflate kernels make three launches per call.
 pub struct GpuPng {
-    nvcomp: Arc<Nvcomp>,
-    pub algorithm: i32,
-    zlib_header: [u8; 2],
+    deflater: Deflater,
     k: Kernels,
+    fd: FdKernels,
     stream: Arc<Stream>,
     tables: Option<DeviceBuffer>,
     temp: Option<DeviceBuffer>,
@@ -161,92 +197,272 @@ pub struct GpuPng {
     packed: Option<DeviceBuffer>,
     /// nvCOMP's output room for an input size: (size, room).
     room_for: Option<(usize, usize)>,
+    /// The fdeflate kernels' slice descriptors: written here, copied to `tables`.
+    staging: Option<Staging>,
 }
 
-/// One slice for [`GpuPng::queue_batch`]: `len` bytes of filtered rows at device address
-/// `rows`, whose packed stream may take at most `cap` bytes.
+/// The fdeflate kernels.
+struct FdKernels {
+    count: Function,
+    place: Function,
+    write: Function,
+}
+
+/// Threads per block of `fdeflate_count` and `fdeflate_write` (a thread per row).
+const FD_ROW_THREADS: u32 = 128;
+/// Bytes of one `FdSlice` (kernels/fdeflate.cu): rows, packed, row_bytes and row_count, cap.
+const FD_SLICE_BYTES: usize = 32;
+
+/// Page-locked host memory for the slice descriptors, so that their copy to the device is
+/// asynchronous (a pageable source may make the driver wait for the stream), with the event
+/// that says the last copy from it is done.
+struct Staging {
+    ptr: *mut u8,
+    len: usize,
+    copied: Event,
+}
+
+// SAFETY: the allocation is owned by this value alone (like a Box<[u8]>); the CUDA calls on it
+// are thread-safe.
+unsafe impl Send for Staging {}
+
+impl Staging {
+    fn new(stream: &Stream, len: usize) -> Result<Staging, CudaError> {
+        // SAFETY: freed exactly once, in Drop.
+        let (ptr, _) = unsafe { driver::alloc_host_mapped(len) }?;
+        let copied = match Event::new(&stream.device) {
+            Ok(ev) => ev,
+            Err(err) => {
+                // SAFETY: ptr came from alloc_host_mapped just above and is not kept.
+                unsafe { driver::free_host(ptr) };
+                return Err(err);
+            }
+        };
+        Ok(Staging { ptr, len, copied })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // A copy may still read it: wait first (errors leave nothing better to do).
+        let _ = self.copied.synchronize();
+        // SAFETY: ptr came from alloc_host_mapped and is freed once, here.
+        unsafe { driver::free_host(self.ptr) };
+    }
+}
+
+/// One slice for [`GpuPng::queue_batch`]: `len` bytes of filtered rows of `row_bytes` each
+/// (filter byte included) at device address `rows`, whose packed stream may take at most
+/// `cap` bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct PngInput {
     pub rows: u64,
     pub len: usize,
+    pub row_bytes: usize,
     pub cap: usize,
 }
 
 impl GpuPng {
-    pub fn new(
-        nvcomp: Arc<Nvcomp>,
-        module: &Module,
-        stream: Arc<Stream>,
-        algorithm: i32,
-        zlib_header: [u8; 2],
-    ) -> Result<GpuPng, String> {
+    pub fn new(deflater: Deflater, module: &Module, stream: Arc<Stream>) -> Result<GpuPng, String> {
         let k = Kernels::load(module).map_err(|e| e.to_string())?;
-        // Device buffers are 256-byte aligned: check that nvCOMP asks no more.
-        let a = nvcomp
-            .alignments(Format::Gzip, algorithm)
-            .map_err(|e| e.to_string())?;
-        if a.input > 256 || a.output > 256 || a.temp > 256 {
-            return Err(format!(
-                "nvCOMP wants alignments {a:?}, more than 256 bytes"
-            ));
+        let fd = FdKernels {
+            count: module
+                .function(c"fdeflate_count")
+                .map_err(|e| e.to_string())?,
+            place: module
+                .function(c"fdeflate_place")
+                .map_err(|e| e.to_string())?,
+            write: module
+                .function(c"fdeflate_write")
+                .map_err(|e| e.to_string())?,
+        };
+        if let Deflater::Nvcomp { lib, algorithm, .. } = &deflater {
+            // Device buffers are 256-byte aligned: check that nvCOMP asks no more.
+            let a = lib
+                .alignments(Format::Gzip, *algorithm)
+                .map_err(|e| e.to_string())?;
+            if a.input > 256 || a.output > 256 || a.temp > 256 {
+                return Err(format!(
+                    "nvCOMP wants alignments {a:?}, more than 256 bytes"
+                ));
+            }
         }
         Ok(GpuPng {
-            nvcomp,
-            algorithm,
-            zlib_header,
+            deflater,
             k,
+            fd,
             stream,
             tables: None,
             temp: None,
             temp_for: None,
             packed: None,
             room_for: None,
+            staging: None,
         })
     }
 
-    /// Queues on the worker's stream the compression of `len` bytes of filtered rows at device
-    /// address `rows` into this encoder's packed buffer (length word, then the zlib stream;
-    /// ~0 when it would not fit `cap` bytes), and returns that buffer's device address.
-    /// `compressed`, when given, is recorded after nvCOMP's work (the rest is the checksum and
-    /// the rewrite).
-    pub fn queue(
-        &mut self,
-        rows: u64,
-        len: usize,
-        cap: usize,
-        compressed: Option<&Event>,
-    ) -> Result<u64, String> {
-        let packed = self.queue_batch(&[PngInput { rows, len, cap }], compressed)?;
+    /// What compresses.
+    pub fn deflater(&self) -> &Deflater {
+        &self.deflater
+    }
+
+    /// Queues on the worker's stream the compression of one slice's filtered rows into this
+    /// encoder's packed buffer (length word, then the zlib stream; ~0 when it would not fit
+    /// `cap` bytes, or for the fdeflate kernels when stored blocks would be smaller, as the
+    /// CPU writer decides), and returns that buffer's device address. `compressed`, when
+    /// given, is recorded after the compression proper (nvCOMP's work, or the kernels').
+    pub fn queue(&mut self, input: PngInput, compressed: Option<&Event>) -> Result<u64, String> {
+        let packed = self.queue_batch(&[input], compressed)?;
         packed
             .first()
             .copied()
             .ok_or_else(|| "GPU PNG encoder: no packed stream".to_string())
     }
 
-    /// Queues the compression of every slice of `inputs` in one nvCOMP call, each into its
-    /// own packed stream (as [`queue`](Self::queue) makes it), and returns their device
-    /// addresses in the order of `inputs`. Every slice's rows must stay unchanged until the
-    /// stream has run the work.
+    /// Queues the compression of every slice of `inputs` in one call, each into its own packed
+    /// stream (as [`queue`](Self::queue) makes it), and returns their device addresses in the
+    /// order of `inputs`. Every slice's rows must stay unchanged until the stream has run the
+    /// work.
     pub fn queue_batch(
         &mut self,
+        inputs: &[PngInput],
+        compressed: Option<&Event>,
+    ) -> Result<Vec<u64>, String> {
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.deflater.clone() {
+            Deflater::Fdeflate => self.queue_fdeflate(inputs, compressed),
+            Deflater::Nvcomp {
+                lib,
+                algorithm,
+                zlib_header,
+            } => self.queue_nvcomp(&lib, algorithm, zlib_header, inputs, compressed),
+        }
+    }
+
+    /// [`queue_batch`](Self::queue_batch) with the fdeflate kernels: the slice descriptors
+    /// copied up, then `fdeflate_count` (a thread per row), `fdeflate_place` (a block per
+    /// slice) and `fdeflate_write` (a thread per row), each one launch for the whole batch.
+    fn queue_fdeflate(
+        &mut self,
+        inputs: &[PngInput],
+        compressed: Option<&Event>,
+    ) -> Result<Vec<u64>, String> {
+        let cuda = |e: CudaError| e.to_string();
+        let n = inputs.len();
+        let rows_of = |i: &PngInput| i.len.checked_div(i.row_bytes).unwrap_or(0);
+        for i in inputs {
+            if i.row_bytes == 0 || i.len % i.row_bytes != 0 || i.row_bytes > u32::MAX as usize {
+                return Err(format!(
+                    "{} bytes of rows of {} bytes for the fdeflate kernels",
+                    i.len, i.row_bytes
+                ));
+            }
+        }
+        let most_rows = inputs.iter().map(rows_of).max().unwrap_or(0).max(1);
+        let stride = u32::try_from(most_rows).map_err(|_| "too many rows".to_string())?;
+        // Scratch: the descriptors, then each slice's row bit counts (turned into offsets by
+        // `fdeflate_place`) and row Adler-32s, 256-byte aligned.
+        let aligned = |bytes: usize| bytes.div_ceil(256) * 256;
+        let desc_len = aligned(FD_SLICE_BYTES * n);
+        let per_row = aligned(4 * most_rows * n);
+        let stream = self.stream.clone();
+        let tables = driver::ensure_buffer(&mut self.tables, &stream, desc_len + 2 * per_row)
+            .map_err(cuda)?;
+        let (bits, adler) = (
+            tables + desc_len as u64,
+            tables + (desc_len + per_row) as u64,
+        );
+        // Each packed stream: the length word, the zlib stream and the 3 bytes the last 32-bit
+        // word may reach past it, within `cap` rounded up, 256-byte aligned.
+        let cap = inputs.iter().map(|i| i.cap).max().unwrap_or(0);
+        let slot = aligned(cap + 16);
+        let packed = driver::ensure_buffer(&mut self.packed, &stream, slot * n).map_err(cuda)?;
+        if self.staging.as_ref().is_none_or(|s| s.len < desc_len) {
+            self.staging = None;
+            self.staging = Some(Staging::new(&stream, desc_len).map_err(cuda)?);
+        }
+        let staging = self
+            .staging
+            .as_ref()
+            .ok_or_else(|| "no descriptor staging".to_string())?;
+        // The previous batch's copy must have read the staging memory before it is rewritten.
+        staging.copied.synchronize().map_err(cuda)?;
+        let mut out = Vec::with_capacity(n);
+        let mut desc = Vec::with_capacity(FD_SLICE_BYTES * n);
+        for (i, input) in inputs.iter().enumerate() {
+            let dst = packed + (i * slot) as u64;
+            desc.extend_from_slice(&input.rows.to_le_bytes());
+            desc.extend_from_slice(&dst.to_le_bytes());
+            desc.extend_from_slice(&(input.row_bytes as u32).to_le_bytes());
+            desc.extend_from_slice(&(rows_of(input) as u32).to_le_bytes());
+            desc.extend_from_slice(&(input.cap as u64).to_le_bytes());
+            out.push(dst);
+        }
+        // SAFETY: the staging memory holds desc_len >= desc.len() bytes and no copy reads it
+        // now (synchronized above); the copy below reads it until `copied` completes, which
+        // the next call and Drop wait for.
+        unsafe {
+            std::ptr::copy_nonoverlapping(desc.as_ptr(), staging.ptr, desc.len());
+            driver::copy_htod_async(tables, staging.ptr, desc.len(), &stream)
+        }
+        .map_err(cuda)?;
+        staging.copied.record(&stream).map_err(cuda)?;
+        let blocks_per_slice = stride.div_ceil(FD_ROW_THREADS);
+        let grid = blocks_per_slice
+            .checked_mul(n as u32)
+            .ok_or_else(|| "fdeflate grid too large".to_string())?;
+        let args = Args::default()
+            .u64(tables)
+            .u32(n as u32)
+            .u32(blocks_per_slice)
+            .u32(stride)
+            .u64(bits)
+            .u64(adler);
+        driver::launch(&self.fd.count, grid, FD_ROW_THREADS, 0, &stream, args).map_err(cuda)?;
+        // `fdeflate_place` wants a power of two, at most 1024 threads.
+        let place_threads = (most_rows.next_power_of_two()).clamp(32, 1024) as u32;
+        let args = Args::default()
+            .u64(tables)
+            .u32(n as u32)
+            .u32(stride)
+            .u64(bits)
+            .u64(adler);
+        driver::launch(&self.fd.place, n as u32, place_threads, 0, &stream, args).map_err(cuda)?;
+        let args = Args::default()
+            .u64(tables)
+            .u32(n as u32)
+            .u32(blocks_per_slice)
+            .u32(stride)
+            .u64(bits);
+        driver::launch(&self.fd.write, grid, FD_ROW_THREADS, 0, &stream, args).map_err(cuda)?;
+        if let Some(mark) = compressed {
+            mark.record(&stream).map_err(cuda)?;
+        }
+        Ok(out)
+    }
+
+    /// [`queue_batch`](Self::queue_batch) with nvCOMP.
+    fn queue_nvcomp(
+        &mut self,
+        nvcomp: &Nvcomp,
+        algorithm: i32,
+        header: [u8; 2],
         inputs: &[PngInput],
         compressed: Option<&Event>,
     ) -> Result<Vec<u64>, String> {
         let cuda = |e: CudaError| e.to_string();
         let nv = |e: super::nvcomp::NvcompError| e.to_string();
         let n = inputs.len();
-        if n == 0 {
-            return Ok(Vec::new());
-        }
         let largest = inputs.iter().map(|i| i.len.max(1)).max().unwrap_or(1);
         let total: usize = inputs.iter().map(|i| i.len.max(1)).sum();
         let cap = inputs.iter().map(|i| i.cap).max().unwrap_or(0);
         let room = match self.room_for {
             Some((l, room)) if l == largest => room,
             _ => {
-                let room = self
-                    .nvcomp
-                    .max_output_bytes(Format::Gzip, self.algorithm, largest)
+                let room = nvcomp
+                    .max_output_bytes(Format::Gzip, algorithm, largest)
                     .map_err(nv)?;
                 self.room_for = Some((largest, room));
                 room
@@ -256,9 +472,8 @@ impl GpuPng {
         let temp_bytes = match self.temp_for {
             Some((k, bytes)) if k == key => bytes,
             _ => {
-                let bytes = self
-                    .nvcomp
-                    .temp_bytes(Format::Gzip, self.algorithm, n, largest, total)
+                let bytes = nvcomp
+                    .temp_bytes(Format::Gzip, algorithm, n, largest, total)
                     .map_err(nv)?;
                 self.temp_for = Some((key, bytes));
                 bytes
@@ -292,9 +507,9 @@ impl GpuPng {
         // above on this stream and live until replaced or dropped, both stream-ordered after
         // this work.
         unsafe {
-            self.nvcomp.compress_async(
+            nvcomp.compress_async(
                 Format::Gzip,
-                self.algorithm,
+                algorithm,
                 at(t.in_ptr),
                 at(t.in_size),
                 largest,
@@ -311,7 +526,6 @@ impl GpuPng {
         if let Some(mark) = compressed {
             mark.record(&stream).map_err(cuda)?;
         }
-        let header = self.zlib_header;
         for (i, input) in inputs.iter().enumerate() {
             let [_, _, _, out_size, status, adler] = t.entry(i);
             let len = input.len.max(1);
@@ -356,6 +570,7 @@ impl GpuPng {
 
     /// Frees the scratch memory (after an out-of-memory error).
     pub fn release(&mut self) {
+        self.staging = None;
         self.tables = None;
         self.temp = None;
         self.temp_for = None;

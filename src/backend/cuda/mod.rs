@@ -106,10 +106,9 @@ pub(crate) struct Shared {
 #[derive(Clone)]
 pub(crate) enum GpuEncoder {
     Png {
-        nvcomp: Arc<nvcomp::Nvcomp>,
+        deflater: encode::Deflater,
         filter: u32,
-        effort: encode::PngEffort,
-        /// Slices per nvCOMP call (`gpu.encode_batch`).
+        /// Slices per compression call (`gpu.encode_batch`).
         batch: usize,
     },
     /// One nvJPEG handle per device (in `Shared::devices` order).
@@ -119,20 +118,21 @@ pub(crate) enum GpuEncoder {
     },
 }
 
-/// The smallest frame (output pixels) whose PNG `gpu.encode = "auto"` compresses on the GPU.
-/// nvCOMP costs milliseconds per call, and batching (`gpu.encode_batch`) spreads that over many
-/// slices, but on small slices the CUDA backend with the writers compressing stays ahead
-/// (H200 host, pipeline slices/s, GPU PNG against CUDA + CPU PNG in the same call: 512² 8500–
-/// 14700 against 17200–24000; 1024² 4360–4850 against 6490–6820; 1448² 3230–3830 against
-/// 3470–3670, a tie; 2000² 2250–2400 against 1800–1920, the GPU 1.25× ahead).
+/// The smallest frame (output pixels) whose PNG `gpu.encode = "auto"` compresses with nvCOMP
+/// (`balanced` and `best`). nvCOMP costs milliseconds per call, and batching
+/// (`gpu.encode_batch`) spreads that over many slices, but on small slices the CUDA backend with
+/// the writers compressing stays ahead (H200 host, pipeline slices/s, GPU PNG against CUDA +
+/// CPU PNG in the same call: 512² 8500–14700 against 17200–24000; 1024² 4360–4850 against
+/// 6490–6820; 1448² 3230–3830 against 3470–3670, a tie; 2000² 2250–2400 against 1800–1920, the
+/// GPU 1.25× ahead). The `fast` level's fdeflate kernels have no such floor.
 pub const AUTO_GPU_PNG_MIN_PIXELS: u64 = 2000 * 2000;
 
-/// Why `gpu.encode = "auto"` leaves PNG to the CPU encoders (frames under
-/// [`AUTO_GPU_PNG_MIN_PIXELS`]). JPEG (nvJPEG, 0.1–0.2 ms per slice) wins at every size and
-/// stays on the GPU.
-pub const AUTO_PNG_ON_CPU: &str = "gpu.encode = auto: PNG of frames under 2000 x 2000 pixels \
-    stays on the CPU encoders, which beat nvCOMP end to end there (BENCHMARKS.md); \
-    gpu.encode = gpu uses nvCOMP";
+/// Why `gpu.encode = "auto"` leaves `balanced`/`best` PNG to the CPU encoders (frames under
+/// [`AUTO_GPU_PNG_MIN_PIXELS`]). JPEG (nvJPEG, 0.1–0.2 ms per slice) and `fast` PNG (the
+/// fdeflate kernels) win at every size and stay on the GPU.
+pub const AUTO_PNG_ON_CPU: &str = "gpu.encode = auto: balanced/best PNG of frames under \
+    2000 x 2000 pixels stays on the CPU encoders, which beat nvCOMP end to end there \
+    (BENCHMARKS.md); gpu.encode = gpu uses nvCOMP";
 
 /// Frames a render worker decodes in one call of nvJPEG's batched decoders: one call of 32
 /// 512² lossless frames took 2.0 ms on the H200 against 1.3 ms for one (`bench decode
@@ -164,10 +164,17 @@ pub fn frames_per_call_for(gpu: &GpuOptions, wish: &OutputWish) -> usize {
     encode.max(decode)
 }
 
-/// Whether `gpu.encode = "auto"` compresses this output's PNG on the GPU: frames of at least
-/// [`AUTO_GPU_PNG_MIN_PIXELS`] (an unknown size counts as small).
+/// Whether `gpu.encode = "auto"` compresses this output's PNG on the GPU: always at the `fast`
+/// level (the fdeflate kernels), else frames of at least [`AUTO_GPU_PNG_MIN_PIXELS`] (an
+/// unknown size counts as small).
 fn auto_png_on_gpu(wish: &OutputWish) -> bool {
-    wish.first_frame_pixels.unwrap_or(0) >= AUTO_GPU_PNG_MIN_PIXELS
+    matches!(
+        wish.gpu_encode,
+        Ok(encode::GpuEncodeWish::Png {
+            effort: encode::PngEffort::Fast,
+            ..
+        })
+    ) || wish.first_frame_pixels.unwrap_or(0) >= AUTO_GPU_PNG_MIN_PIXELS
 }
 
 /// Loads the library of the encoder `wish` names (when `gpu.encode` allows it) for `devices`:
@@ -202,6 +209,17 @@ fn load_encoder(
         _ => "gpu.encode = auto",
     };
     let loaded = match want {
+        encode::GpuEncodeWish::Png {
+            filter,
+            effort: encode::PngEffort::Fast,
+        } => Ok((
+            GpuEncoder::Png {
+                deflater: encode::Deflater::Fdeflate,
+                filter,
+                batch: gpu.encode_batch.max(1),
+            },
+            "gpu: fdeflate kernels (the CPU's fast PNG, byte for byte)".to_string(),
+        )),
         encode::GpuEncodeWish::Png { filter, effort } => {
             nvcomp::Nvcomp::load(gpu.library_path.as_deref()).map(|lib| {
                 let line = format!(
@@ -212,9 +230,12 @@ fn load_encoder(
                 );
                 (
                     GpuEncoder::Png {
-                        nvcomp: Arc::new(lib),
+                        deflater: encode::Deflater::Nvcomp {
+                            lib: Arc::new(lib),
+                            algorithm: effort.algorithm(),
+                            zlib_header: effort.zlib_header(),
+                        },
                         filter,
-                        effort,
                         batch: gpu.encode_batch.max(1),
                     },
                     line,
@@ -353,7 +374,7 @@ impl Shared {
             frames_decode_fallback: self.decode_fallbacks.load(Ordering::Relaxed),
             encoder: match &self.encoder {
                 None => "CPU".into(),
-                Some(GpuEncoder::Png { nvcomp, .. }) => format!("GPU, nvCOMP {}", nvcomp.version),
+                Some(GpuEncoder::Png { deflater, .. }) => format!("GPU, {}", deflater.describe()),
                 Some(GpuEncoder::Jpeg { nvjpeg, .. }) => format!(
                     "GPU, nvJPEG {}",
                     nvjpeg.first().map(|l| l.version.as_str()).unwrap_or("?")
@@ -770,7 +791,7 @@ impl Backend for CudaBackend {
         for line in [
             self.shared.codecs.start_said(),
             decode::nvjpeg::BATCH_TIMES.said(),
-            self.shared.png_calls.said("GPU PNG", "nvCOMP calls"),
+            self.shared.png_calls.said("GPU PNG", "compression calls"),
             self.shared
                 .decode_calls
                 .said("GPU decode", "batched nvJPEG calls"),
@@ -843,15 +864,38 @@ mod tests {
             err.contains("gpu.encode = gpu, but no GPU encoder"),
             "{err}"
         );
-        // PNG of small frames under auto: the CPU encoders, measured faster, whether nvCOMP
-        // loads or not; so too when the frame size is not known.
-        let (enc, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &png, &[]).unwrap();
+        // Fast PNG: the fdeflate kernels under auto and gpu, whatever the frame size, with no
+        // library to load.
+        for choice in [GpuEncodeChoice::Auto, GpuEncodeChoice::Gpu] {
+            let (enc, (line, _)) = load_encoder(&gpu(choice), &png, &[]).unwrap();
+            assert!(
+                matches!(
+                    enc,
+                    Some(super::GpuEncoder::Png {
+                        deflater: super::encode::Deflater::Fdeflate,
+                        ..
+                    })
+                ),
+                "{choice:?}"
+            );
+            assert!(line.contains("fdeflate kernels"), "{line}");
+        }
+        // Balanced PNG of small frames under auto: the CPU encoders, measured faster than
+        // nvCOMP, whether it loads or not; so too when the frame size is not known.
+        let strong = OutputWish {
+            gpu_encode: Ok(GpuEncodeWish::Png {
+                filter: 5,
+                effort: PngEffort::Strong,
+            }),
+            ..png.clone()
+        };
+        let (enc, (line, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &strong, &[]).unwrap();
         assert!(enc.is_none());
         assert_eq!(line, "cpu");
         assert_eq!(why, super::AUTO_PNG_ON_CPU);
         let unknown = OutputWish {
             first_frame_pixels: None,
-            ..png.clone()
+            ..strong.clone()
         };
         let (enc, (_, why)) = load_encoder(&gpu(GpuEncodeChoice::Auto), &unknown, &[]).unwrap();
         assert!(enc.is_none());
@@ -860,10 +904,14 @@ mod tests {
         let batch = GpuOptions::default().encode_batch;
         assert_eq!(
             super::frames_per_call_for(&gpu(GpuEncodeChoice::Auto), &png),
+            batch
+        );
+        assert_eq!(
+            super::frames_per_call_for(&gpu(GpuEncodeChoice::Auto), &strong),
             1
         );
         assert_eq!(
-            super::frames_per_call_for(&gpu(GpuEncodeChoice::Gpu), &png),
+            super::frames_per_call_for(&gpu(GpuEncodeChoice::Gpu), &strong),
             batch
         );
         assert_eq!(
@@ -887,11 +935,11 @@ mod tests {
             super::frames_per_call_for(&gpu(GpuEncodeChoice::Gpu), &decoded(&png)),
             batch.max(super::DECODE_BATCH_MAX)
         );
-        // Large frames under auto: nvCOMP when it loads; where it does not (CI), the CPU,
-        // saying which library is missing.
+        // Large balanced frames under auto: nvCOMP when it loads; where it does not (CI), the
+        // CPU, saying which library is missing.
         let large = OutputWish {
             first_frame_pixels: Some(super::AUTO_GPU_PNG_MIN_PIXELS),
-            ..png.clone()
+            ..strong.clone()
         };
         assert_eq!(
             super::frames_per_call_for(&gpu(GpuEncodeChoice::Auto), &large),
@@ -904,9 +952,9 @@ mod tests {
             assert_eq!(line, "cpu");
             assert!(why.contains("libnvcomp.so.6 not found"), "{why}");
         }
-        // Where libnvcomp is missing (CI), gpu refuses, naming the library.
+        // Where libnvcomp is missing (CI), gpu refuses balanced PNG, naming the library.
         if super::nvcomp::Nvcomp::load(Some(&dir)).is_err() {
-            let err = load_encoder(&gpu(GpuEncodeChoice::Gpu), &png, &[])
+            let err = load_encoder(&gpu(GpuEncodeChoice::Gpu), &strong, &[])
                 .err()
                 .unwrap();
             assert!(err.contains("libnvcomp.so.6 not found"), "{err}");

@@ -20,6 +20,7 @@ pub fn source() -> String {
         include_str!("../../../kernels/png.cu"),
         include_str!("../../../kernels/ops.cu"),
         include_str!("../../../kernels/zlib.cu"),
+        include_str!("../../../kernels/fdeflate.cu"),
         include_str!("../../../kernels/probes.cu"),
     ] {
         for line in part.lines() {

@@ -180,6 +180,13 @@ pub struct CudaWorker {
     /// Per position in a batch: the frame's filtered rows, and its events (0 start, 1 staged
     /// in, 2 filtered, 3 and 4 around a GPU decode).
     batch_rows: Vec<Option<DeviceBuffer>>,
+    /// Per position in a batch: where a frame decoded on the GPU on its own (not in one call
+    /// with others) lands. One buffer per position, not `dev_decoded` reused: the codec
+    /// libraries do not wait for the work already queued on the stream before they write
+    /// their output (H200: with one buffer, a JPEG 2000 frame overwrote the previous frame's
+    /// values before its deferred render read them, in 13–47 of 400 frames), and a batch's
+    /// renders only run after the next frames' decodes were queued.
+    batch_decoded: Vec<Option<DeviceBuffer>>,
     batch_ev: Vec<[Event; 5]>,
     /// Around a batch's compression: 0 before, 1 compressed, 2 copied to the slots.
     batch_marks: [Event; 3],
@@ -226,9 +233,10 @@ struct Deferred {
     /// Its position in `batch_rows` and `batch_ev`.
     index: usize,
     /// The filtered rows (device memory) and their length, which is also the most the packed
-    /// stream may take in the slot.
+    /// stream may take in the slot, and the length of one row (filter byte included).
     rows: u64,
     cap: usize,
+    row_bytes: usize,
     /// Whether a GPU codec decoded it (its decode events hold a time).
     decoded: bool,
     /// Whether it was decoded with other frames of the batch (its share of that call is its
@@ -308,20 +316,11 @@ impl CudaWorker {
         let encoder = match &shared.encoder {
             None => None,
             Some(GpuEncoder::Png {
-                nvcomp,
-                filter,
-                effort,
-                ..
+                deflater, filter, ..
             }) => Some(WorkerEncoder::Png {
                 png: Box::new(
-                    GpuPng::new(
-                        nvcomp.clone(),
-                        &module,
-                        stream.clone(),
-                        effort.algorithm(),
-                        effort.zlib_header(),
-                    )
-                    .map_err(BackendError::Unavailable)?,
+                    GpuPng::new(deflater.clone(), &module, stream.clone())
+                        .map_err(BackendError::Unavailable)?,
                 ),
                 filter: *filter,
             }),
@@ -375,6 +374,7 @@ impl CudaWorker {
             decoding: false,
             batch: None,
             batch_rows: Vec::new(),
+            batch_decoded: Vec::new(),
             batch_ev: Vec::new(),
             batch_marks,
             together: DecodedTogether {
@@ -410,6 +410,7 @@ impl CudaWorker {
         // The rows of frames already queued in this batch are still to be compressed.
         if self.batch.is_none() {
             self.batch_rows.clear();
+            self.batch_decoded.clear();
         }
     }
 
@@ -1058,6 +1059,7 @@ impl CudaWorker {
                 index,
                 rows,
                 cap,
+                row_bytes: plan.out_cols() as usize * plan.channels() + 1,
                 decoded: false,
                 decoded_together: false,
             });
@@ -1120,6 +1122,7 @@ impl CudaWorker {
             .map(|d| PngInput {
                 rows: d.rows,
                 len: d.cap,
+                row_bytes: d.row_bytes,
                 cap: d.cap,
             })
             .collect();
@@ -1207,7 +1210,10 @@ impl CudaWorker {
         // Frames the GPU could not encode go to the writers as filtered rows.
         for (d, (_, len)) in pending.iter().zip(&done) {
             if len.is_none() {
-                self.note_fallback("PNG: nvCOMP failed or the stream did not fit the slot");
+                self.note_fallback(
+                    "PNG: the GPU compressor failed, or its stream would not fit the slot or \
+                     would be larger than stored blocks",
+                );
                 self.rows_to_slot(d.rows, d.cap, frames[d.frame].slot)
                     .map_err(cuda)?;
             }
@@ -1229,6 +1235,9 @@ impl CudaWorker {
         }
         if self.batch_rows.len() < frames {
             self.batch_rows.resize_with(frames, || None);
+        }
+        if self.batch_decoded.len() < frames {
+            self.batch_decoded.resize_with(frames, || None);
         }
         Ok(())
     }
@@ -1790,7 +1799,8 @@ impl CudaWorker {
     }
 
     /// Queues the GPU decode of the frame's codestream (in `slot.input`) into this worker's
-    /// device buffer, between the two decode events.
+    /// device buffer (while a batch is built, that of the frame's position in it), between the
+    /// two decode events.
     fn gpu_decode(
         &mut self,
         encoded: &crate::decode::compressed::EncodedFrame,
@@ -1799,8 +1809,12 @@ impl CudaWorker {
         let device = &self.shared.devices[self.device_slot];
         device.bind().map_err(|e| e.to_string())?;
         let bytes = encoded.coding.decoded_bytes();
-        let dst = driver::ensure_buffer(&mut self.dev_decoded, &self.stream, bytes)
-            .map_err(|e| e.to_string())?;
+        let index = self.batch.as_ref().map(Vec::len);
+        let buffer = match index.and_then(|i| self.batch_decoded.get_mut(i)) {
+            Some(own) => own,
+            None => &mut self.dev_decoded,
+        };
+        let dst = driver::ensure_buffer(buffer, &self.stream, bytes).map_err(|e| e.to_string())?;
         self.decode_marks()
             .0
             .record(&self.stream)
