@@ -181,12 +181,16 @@ pub struct CudaWorker {
     /// in, 2 filtered, 3 and 4 around a GPU decode).
     batch_rows: Vec<Option<DeviceBuffer>>,
     /// Per position in a batch: where a frame decoded on the GPU on its own (not in one call
-    /// with others) lands. One buffer per position, not `dev_decoded` reused: the codec
-    /// libraries do not wait for the work already queued on the stream before they write
-    /// their output (H200: with one buffer, a JPEG 2000 frame overwrote the previous frame's
-    /// values before its deferred render read them, in 13–47 of 400 frames), and a batch's
-    /// renders only run after the next frames' decodes were queued.
+    /// with others) lands, so that no frame's decode writes where a deferred render of the
+    /// batch has yet to read.
     batch_decoded: Vec<Option<DeviceBuffer>>,
+    /// The batch position of the last frame decoded on its own in the batch being built: the
+    /// next such decode waits for it (its end event). A codec's decode is queued on the stream
+    /// but the library's host side reuses its decode state's buffers on the next call: on the
+    /// H200, JPEG 2000 frames decoded one after the other into a batch without that wait came
+    /// out with another frame's values in 5–47 of 400 frames, whatever buffer they landed in;
+    /// outside batches the stream is synchronized after every frame.
+    batch_last_decode: Option<usize>,
     batch_ev: Vec<[Event; 5]>,
     /// Around a batch's compression: 0 before, 1 compressed, 2 copied to the slots.
     batch_marks: [Event; 3],
@@ -375,6 +379,7 @@ impl CudaWorker {
             batch: None,
             batch_rows: Vec::new(),
             batch_decoded: Vec::new(),
+            batch_last_decode: None,
             batch_ev: Vec::new(),
             batch_marks,
             together: DecodedTogether {
@@ -1617,6 +1622,7 @@ impl RenderWorker for CudaWorker {
             return results;
         }
         self.batch = Some(Vec::with_capacity(frames.len()));
+        self.batch_last_decode = None;
         let mut results = Vec::with_capacity(frames.len());
         for ((i, f), done) in frames.iter_mut().enumerate().zip(predecoded) {
             let before = self.batch.as_ref().map_or(0, Vec::len);
@@ -1810,6 +1816,11 @@ impl CudaWorker {
         device.bind().map_err(|e| e.to_string())?;
         let bytes = encoded.coding.decoded_bytes();
         let index = self.batch.as_ref().map(Vec::len);
+        if let Some(last) = index.and(self.batch_last_decode) {
+            if let Some(ev) = self.batch_ev.get(last) {
+                ev[4].synchronize().map_err(|e| e.to_string())?;
+            }
+        }
         let buffer = match index.and_then(|i| self.batch_decoded.get_mut(i)) {
             Some(own) => own,
             None => &mut self.dev_decoded,
@@ -1827,6 +1838,9 @@ impl CudaWorker {
             .1
             .record(&self.stream)
             .map_err(|e| e.to_string())?;
+        if index.is_some() {
+            self.batch_last_decode = index;
+        }
         Ok((dst, layout))
     }
 }
