@@ -3,7 +3,7 @@
 // byte-identical to the CPU backend's. fdeflate writes one Deflate block with a fixed Huffman
 // code tuned for filtered PNG rows, literals and runs of zeros (a zero, then lengths at distance
 // 1), and it is fed one row per call, so each row's bits depend on that row alone: one thread
-// encodes one row, and a scan of the rows' bit counts places them. nvCOMP costs 2–4 ms per call
+// encodes one row, and a scan of the rows' bit counts places them. nvCOMP costs 2.2–5 ms per call
 // whatever the batch (BENCHMARKS.md, "GPU encoders"); this is why the fast level does not use it.
 //
 // Three launches per batch of slices (src/backend/cuda/encode.rs): `fdeflate_count` (a thread
@@ -11,8 +11,9 @@
 // offsets, the Adler-32 of the slice, the header, the end of block and the trailer, or ~0 in the
 // length word when the stream would not fit or would be larger than stored blocks, which the
 // CPU then writes as `png` does), `fdeflate_write` (a thread per row: its bits at its offset).
-// The row encoder is also compiled for the CPU by tests/it/fdeflate_kernel.rs, which checks it
-// against the fdeflate crate: FD_HOST_TEST defines the CUDA words away.
+// The row encoder is also compiled for the CPU by tests/it/fdeflate_on_host.rs, which checks it
+// against the fdeflate crate: its shim defines the CUDA words away, and FD_HOST_TEST leaves the
+// kernels out.
 #include "common.cuh"
 
 #ifndef FD_HOST_TEST

@@ -459,7 +459,7 @@ pub struct JobArgs {
     /// Who compresses PNG/JPEG output beside the CUDA backend: auto, gpu, cpu. [default: auto]
     #[arg(long)]
     pub gpu_encode: Option<String>,
-    /// Slices per nvCOMP call when the GPU compresses PNG (frames that wait in a render
+    /// Slices per compression call when the GPU compresses PNG (frames that wait in a render
     /// worker's queue are compressed together). [default: 16]
     #[arg(long)]
     pub encode_batch: Option<i64>,

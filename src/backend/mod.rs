@@ -227,8 +227,8 @@ pub trait RenderWorker: Send {
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError>;
 
     /// The most frames this worker would take in one [`render_batch`](Self::render_batch)
-    /// call: more than 1 where a step costs per call rather than per frame (nvCOMP's PNG
-    /// compression on the GPU).
+    /// call: more than 1 where a step costs per call rather than per frame (PNG compression
+    /// on the GPU, nvJPEG's batched decodes).
     fn batch_size(&self) -> usize {
         1
     }

@@ -91,8 +91,9 @@ impl GpuDecodeStart {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuEncodeChoice {
-    /// The GPU when the format has a GPU encoder and its library (nvCOMP, nvJPEG) loads; the
-    /// CPU otherwise, saying why.
+    /// The GPU when the format has a GPU encoder and its library loads (fast PNG: our own
+    /// kernels, no library; balanced/best PNG: nvCOMP, for frames of 2000 x 2000 pixels or
+    /// more; JPEG: nvJPEG); the CPU otherwise, saying why.
     Auto,
     /// The GPU: the CUDA backend fails to start when the encoder's library does not load.
     Gpu,
@@ -141,10 +142,11 @@ pub struct GpuOptions {
     pub decode_streams: usize,
     /// Who compresses PNG and JPEG output when the CUDA backend renders.
     pub encode: GpuEncodeChoice,
-    /// Slices per nvCOMP call when the GPU compresses PNG: a render worker takes up to this
-    /// many frames that wait in its queue and compresses them together, since nvCOMP's
+    /// Slices per compression call when the GPU compresses PNG: a render worker takes up to
+    /// this many frames that wait in its queue and compresses them together, since nvCOMP's
     /// compression costs 2–4 ms per call whatever the slices (`bench gpu-encode --batches`,
-    /// BENCHMARKS.md). 1 compresses each slice alone.
+    /// BENCHMARKS.md) and the fdeflate kernels make three launches per call. 1 compresses
+    /// each slice alone.
     pub encode_batch: usize,
 }
 

@@ -113,8 +113,8 @@ pub fn select_backend_for(
 
 /// What the writers want from a GPU render worker for `output`: rows PNG-filtered for a fast
 /// PNG the writers deflate, and the encoder the GPU could run instead (when `gpu.encode`
-/// allows it): nvCOMP for compressed PNG, nvJPEG for JPEG; none for TIFF, BMP and uncompressed
-/// PNG.
+/// allows it): the fdeflate kernels for fast PNG, nvCOMP for balanced/best PNG, nvJPEG for
+/// JPEG; none for TIFF, BMP and uncompressed PNG.
 pub fn output_wish(output: &OutputOptions) -> OutputWish {
     use crate::backend::cuda::encode::{GpuEncodeWish, PngEffort};
     let encode = output.encode();

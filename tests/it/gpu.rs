@@ -1681,8 +1681,8 @@ fn gpu_png_batches_compress_several_frames_per_call_to_the_cpu_pixels() {
 /// (where nvCOMP in batches beat the writers on the H200; pixels identical) and stays with the
 /// CPU encoders for 512² frames, saying why.
 #[test]
-fn gpu_auto_encodes_png_on_the_gpu_for_large_frames_only() {
-    let test = "gpu_auto_encodes_png_on_the_gpu_for_large_frames_only";
+fn gpu_auto_encodes_fast_png_at_every_size_and_balanced_png_for_large_frames_only() {
+    let test = "gpu_auto_encodes_fast_png_at_every_size_and_balanced_png_for_large_frames_only";
     if gpu_or_skip(test).is_none() {
         return;
     }

@@ -483,8 +483,11 @@ pub fn run(opts: &GpuEncodeBenchOptions) -> Result<String, String> {
                     if i == 0 {
                         layout = describe_zlib(&z);
                         if let Some(dir) = &opts.out {
-                            if algorithm == 1 {
-                                let _ = std::fs::write(dir.join(format!("gpu_{size}.png")), &file);
+                            if algorithm == -1 || algorithm == 1 {
+                                let _ = std::fs::write(
+                                    dir.join(format!("gpu_{size}_alg{algorithm}.png")),
+                                    &file,
+                                );
                             }
                         }
                     }

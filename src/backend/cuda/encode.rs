@@ -6,7 +6,7 @@
 //! kernels (kernels/fdeflate.cu): the stream the CPU's `fast` PNG holds, byte for byte, at a
 //! fraction of a millisecond per batch. It is hand-written because nvCOMP, the library, costs
 //! 2.2–5 ms per call whatever the batch and tops out at ~22 000 slices/s of 512² on the H200
-//! (BENCHMARKS.md, "GPU encoders"), under the CPU backend's rate with the writers compressing.
+//! (BENCHMARKS.md, "GPU encoders"), under the 24 000–30 000 that 2× the CPU backend needs.
 //! `balanced` and `best` use nvCOMP, whose stronger algorithms the kernels do not have.
 //!
 //! nvCOMP's batched Gzip compressor takes the whole slice as one chunk and writes one gzip
@@ -104,8 +104,9 @@ impl Tables {
 /// (fastest), 1 high throughput / low ratio (its default), 2 medium ("beats zlib level 1"), 4
 /// higher ("beats zlib level 6"), 5 highest. Measured on phantom CT rows (BENCHMARKS.md): 0
 /// makes files 1.28–1.32× the CPU's `fast`, 1 0.91–0.96×, 2 0.88–0.90× (about the CPU's
-/// `balanced`), 4 0.95× at 15–20× the time of 2. So `fast` PNG output is [`PngEffort::Fast`]
-/// (algorithm 1), `balanced` and `best` are [`PngEffort::Strong`] (algorithm 2).
+/// `balanced`), 4 0.95× at 15–20× the time of 2. `fast` PNG output is [`PngEffort::Fast`],
+/// which the fdeflate kernels compress (its algorithm, 1, only matters to `bench gpu-encode`);
+/// `balanced` and `best` are [`PngEffort::Strong`], nvCOMP's algorithm 2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PngEffort {
     Fast,
@@ -210,6 +211,9 @@ struct FdKernels {
 
 /// Threads per block of `fdeflate_count` and `fdeflate_write` (a thread per row).
 const FD_ROW_THREADS: u32 = 128;
+/// The longest row the fdeflate kernels take (its bit count must fit 32 bits); a slice with
+/// longer rows is an error here, and its frame goes to the writers.
+const FD_MAX_ROW_BYTES: usize = 1 << 28;
 /// Bytes of one `FdSlice` (kernels/fdeflate.cu): rows, packed, row_bytes and row_count, cap.
 const FD_SLICE_BYTES: usize = 32;
 
@@ -220,6 +224,8 @@ struct Staging {
     ptr: *mut u8,
     len: usize,
     copied: Event,
+    /// Bound before the allocation is freed (a thread may have no current context then).
+    device: Arc<super::driver::Device>,
 }
 
 // SAFETY: the allocation is owned by this value alone (like a Box<[u8]>); the CUDA calls on it
@@ -228,7 +234,8 @@ unsafe impl Send for Staging {}
 
 impl Staging {
     fn new(stream: &Stream, len: usize) -> Result<Staging, CudaError> {
-        // SAFETY: freed exactly once, in Drop.
+        stream.device.bind()?;
+        // SAFETY: freed exactly once: in Drop, or below when the event cannot be made.
         let (ptr, _) = unsafe { driver::alloc_host_mapped(len) }?;
         let copied = match Event::new(&stream.device) {
             Ok(ev) => ev,
@@ -238,13 +245,19 @@ impl Staging {
                 return Err(err);
             }
         };
-        Ok(Staging { ptr, len, copied })
+        Ok(Staging {
+            ptr,
+            len,
+            copied,
+            device: stream.device.clone(),
+        })
     }
 }
 
 impl Drop for Staging {
     fn drop(&mut self) {
         // A copy may still read it: wait first (errors leave nothing better to do).
+        let _ = self.device.bind();
         let _ = self.copied.synchronize();
         // SAFETY: ptr came from alloc_host_mapped and is freed once, here.
         unsafe { driver::free_host(self.ptr) };
@@ -353,7 +366,8 @@ impl GpuPng {
         let n = inputs.len();
         let rows_of = |i: &PngInput| i.len.checked_div(i.row_bytes).unwrap_or(0);
         for i in inputs {
-            if i.row_bytes == 0 || i.len % i.row_bytes != 0 || i.row_bytes > u32::MAX as usize {
+            // A row's bit count is a u32 in the kernels: at most 12 bits per byte.
+            if i.row_bytes == 0 || i.len % i.row_bytes != 0 || i.row_bytes > FD_MAX_ROW_BYTES {
                 return Err(format!(
                     "{} bytes of rows of {} bytes for the fdeflate kernels",
                     i.len, i.row_bytes
@@ -408,7 +422,11 @@ impl GpuPng {
             driver::copy_htod_async(tables, staging.ptr, desc.len(), &stream)
         }
         .map_err(cuda)?;
-        staging.copied.record(&stream).map_err(cuda)?;
+        if let Err(e) = staging.copied.record(&stream) {
+            // The event would still mark the previous copy: wait for this one here instead.
+            let _ = stream.synchronize();
+            return Err(cuda(e));
+        }
         let blocks_per_slice = stride.div_ceil(FD_ROW_THREADS);
         let grid = blocks_per_slice
             .checked_mul(n as u32)

@@ -91,8 +91,8 @@ pub(crate) struct Shared {
     /// Frames decoded on the GPU, and frames a GPU codec left to the CPU decoder.
     gpu_decoded: AtomicU64,
     decode_fallbacks: AtomicU64,
-    /// nvCOMP calls made for PNG output, and the frames they compressed.
-    /// nvCOMP calls and the frames they compressed.
+    /// GPU compression calls made for PNG output (fdeflate kernels or nvCOMP), and the frames
+    /// they compressed.
     png_calls: Calls,
     /// nvJPEG calls that decoded several frames, and those frames.
     decode_calls: Calls,
@@ -142,7 +142,7 @@ pub const DECODE_BATCH_MAX: usize = 32;
 
 /// The frames per render call a CUDA backend made with `gpu` for `wish` will take
 /// ([`Backend::frames_per_call`]), decided without loading a library: `gpu.encode_batch` when
-/// its workers would compress PNG on the GPU (if nvCOMP then does not load, the ring is merely
+/// its workers would compress PNG on the GPU (if nvCOMP then does not load, for balanced/best, the ring is merely
 /// larger than needed), [`DECODE_BATCH_MAX`] when they would decode the input with nvJPEG.
 pub fn frames_per_call_for(gpu: &GpuOptions, wish: &OutputWish) -> usize {
     let png = matches!(wish.gpu_encode, Ok(encode::GpuEncodeWish::Png { .. }));

@@ -109,7 +109,7 @@ struct Io {
 
 /// This worker's GPU encoder (scratch memory and library state bound to its stream).
 enum WorkerEncoder {
-    /// PNG rows filtered with `filter`, compressed by nvCOMP.
+    /// PNG rows filtered with `filter`, compressed on the GPU (fdeflate kernels or nvCOMP).
     Png {
         /// Boxed: its device buffers (cudarc slices) make it far larger than the JPEG variant.
         png: Box<GpuPng>,
@@ -165,7 +165,7 @@ pub struct CudaWorker {
     /// Buffers for the CPU decode of a frame the GPU codec did not take.
     fallback: Vec<u8>,
     fallback_scratch: Vec<u8>,
-    /// Slices per nvCOMP call when the GPU compresses PNG (`gpu.encode_batch`).
+    /// Slices per compression call when the GPU compresses PNG (`gpu.encode_batch`).
     batch_max: usize,
     /// Whether the last frame was decoded on the GPU: such frames are batched only when nvJPEG
     /// decodes them (`decoding_nvjpeg`), several per call. JPEG 2000 frames are not: a batch
@@ -229,7 +229,7 @@ impl DecodedTogether {
     }
 }
 
-/// A frame of a batch whose filtered rows wait in device memory for the batch's one nvCOMP
+/// A frame of a batch whose filtered rows wait in device memory for the batch's one compression
 /// call ([`CudaWorker::render_batch`]).
 struct Deferred {
     /// Its position among the batch's frames.
@@ -915,8 +915,8 @@ impl CudaWorker {
         })
     }
 
-    /// Renders into device memory and encodes there (nvCOMP PNG or nvJPEG): the output slot
-    /// receives the compressed bytes only. A frame the GPU cannot encode (nvCOMP failed, or the
+    /// Renders into device memory and encodes there (GPU PNG or nvJPEG): the output slot
+    /// receives the compressed bytes only. A frame the GPU cannot encode (the GPU compressor failed, or the
     /// result does not fit the slot) goes back as filtered rows or pixels, for the writer to
     /// encode; each worker says so once. PNG frames are compressed in batches (a frame alone is
     /// a batch of one): [`render_deferred`](Self::render_deferred); JPEG frames one by one here.
@@ -1108,7 +1108,7 @@ impl CudaWorker {
         Ok(outcome)
     }
 
-    /// Compresses the batch's deferred frames in one nvCOMP call, copies each packed stream
+    /// Compresses the batch's deferred frames in one compression call, copies each packed stream
     /// to its slot, waits, and returns per frame its timings and the zlib stream's length
     /// (`None`: the GPU could not encode it and its filtered rows are in the slot instead).
     /// The compression and the copies are timed once for the batch and shared equally by its
@@ -1584,7 +1584,7 @@ impl RenderWorker for CudaWorker {
     }
 
     /// With the GPU compressing PNG, renders and filters each frame on the stream without
-    /// waiting, then compresses them all in one nvCOMP call (whose cost is per call: 2–4 ms
+    /// waiting, then compresses them all in one call (nvCOMP's cost is per call: 2.2–5 ms
     /// for one slice or thirty-two) and waits once. Frames that do not go through the GPU PNG
     /// encoder (overlays, values deeper than 16 bits) are rendered on their own as usual.
     fn render_batch(
