@@ -211,8 +211,9 @@ struct FdKernels {
 
 /// Threads per block of `fdeflate_count` and `fdeflate_write` (a thread per row).
 const FD_ROW_THREADS: u32 = 128;
-/// The longest row the fdeflate kernels take (its bit count must fit 32 bits); a slice with
-/// longer rows is an error here, and its frame goes to the writers.
+/// The longest row the fdeflate kernels take (its bit count must fit 32 bits); longer rows are
+/// an error for the batch (none occurs: frames are limited to `pipeline.max_frame_mib`, 1 GiB
+/// by default, and such a row would be 256 MiB).
 const FD_MAX_ROW_BYTES: usize = 1 << 28;
 /// Bytes of one `FdSlice` (kernels/fdeflate.cu): rows, packed, row_bytes and row_count, cap.
 const FD_SLICE_BYTES: usize = 32;
