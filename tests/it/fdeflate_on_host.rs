@@ -5,9 +5,8 @@
 //! zlib streams must be identical byte for byte. (The launches themselves need a GPU:
 //! `tests/it/gpu.rs` compares whole files.) Skips, saying why, without `c++`.
 
-use crate::common::{repo_path, stderr, tempdir};
+use crate::common::{compile_cpp, stderr, tempdir};
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -88,40 +87,8 @@ int main(int argc, char** argv) {
 
 /// Compiles the harness with the encoder; `None` (after saying why) without a C++ compiler.
 fn harness(dir: &Path) -> Option<PathBuf> {
-    let kernels = repo_path("kernels");
-    let source = dir.join("fdeflate.cpp");
-    std::fs::write(
-        &source,
-        format!(
-            "{SHIM}\n#include \"{k}/fdeflate.cu\"\n{HARNESS}",
-            k = kernels.display()
-        ),
-    )
-    .unwrap();
-    let exe = dir.join("fdeflate");
-    let out = Command::new("c++")
-        .arg("-O2")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&source)
-        .output();
-    match out {
-        Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipping fdeflate_on_host: no C++ compiler (c++: {e})"
-            );
-            None
-        }
-        Ok(o) => {
-            assert!(
-                o.status.success(),
-                "kernels/fdeflate.cu does not compile as host C++:\n{}",
-                stderr(&o)
-            );
-            Some(exe)
-        }
-    }
+    let source = format!("{SHIM}\n#include \"{{kernels}}/fdeflate.cu\"\n{HARNESS}");
+    compile_cpp(dir, "fdeflate", &source, "fdeflate_on_host")
 }
 
 /// fdeflate's stream for these rows, one `write_data` per row (as `output::png` feeds it), or

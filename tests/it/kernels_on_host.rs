@@ -4,9 +4,8 @@
 //! arithmetic, checked on any machine with a C++ compiler. (Launch sizes, memory and transfers
 //! need a GPU: `tests/it/gpu.rs` compares the real launches.) Skips, saying why, without `c++`.
 
-use crate::common::{repo_path, stderr, tempdir};
+use crate::common::{compile_cpp, tempdir};
 
-use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
 
@@ -76,40 +75,10 @@ int main(int argc, char** argv) {
 
 /// Compiles the harness with the kernels; `None` (after saying why) without a C++ compiler.
 fn harness(dir: &Path) -> Option<std::path::PathBuf> {
-    let kernels = repo_path("kernels");
-    let source = dir.join("harness.cpp");
-    std::fs::write(
-        &source,
-        format!(
-            "{SHIM}\n#include \"{k}/ops.cu\"\n#include \"{k}/channels.cu\"\n{HARNESS}",
-            k = kernels.display()
-        ),
-    )
-    .unwrap();
-    let exe = dir.join("harness");
-    let out = Command::new("c++")
-        .arg("-O2")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&source)
-        .output();
-    match out {
-        Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipping kernels_on_host: no C++ compiler (c++: {e})"
-            );
-            None
-        }
-        Ok(o) => {
-            assert!(
-                o.status.success(),
-                "the kernels do not compile as host C++:\n{}",
-                stderr(&o)
-            );
-            Some(exe)
-        }
-    }
+    let source = format!(
+        "{SHIM}\n#include \"{{kernels}}/ops.cu\"\n#include \"{{kernels}}/channels.cu\"\n{HARNESS}"
+    );
+    compile_cpp(dir, "harness", &source, "kernels_on_host")
 }
 
 /// Appends a length-prefixed array.

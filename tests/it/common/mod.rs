@@ -9,7 +9,7 @@ pub mod schema;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
-use std::io::Read;
+use std::io::{Read, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -322,4 +322,42 @@ pub fn reasons(rec: &serde_json::Value) -> Vec<String> {
         v.push(s.to_string());
     }
     v
+}
+
+/// Compiles `source` (C++ that includes files of `kernels/`, the repository's kernel folder
+/// being `{kernels}` in it) into an executable `name` in `dir`; `None`, after saying why on
+/// stderr, where there is no C++ compiler (`test` names the skipped test). A source that does
+/// not compile fails the test.
+pub fn compile_cpp(dir: &Path, name: &str, source: &str, test: &str) -> Option<PathBuf> {
+    let kernels = repo_path("kernels");
+    let path = dir.join(format!("{name}.cpp"));
+    std::fs::write(
+        &path,
+        source.replace("{kernels}", &kernels.display().to_string()),
+    )
+    .unwrap();
+    let exe = dir.join(name);
+    match Command::new("c++")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&path)
+        .output()
+    {
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping {test}: no C++ compiler (c++: {e})"
+            );
+            None
+        }
+        Ok(o) => {
+            assert!(
+                o.status.success(),
+                "{test}: the kernels do not compile as host C++:\n{}",
+                stderr(&o)
+            );
+            Some(exe)
+        }
+    }
 }
