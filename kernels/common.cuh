@@ -29,3 +29,14 @@ __device__ __forceinline__ u8 narrow8(u32 v, u32 bits) {
     if (g == gi) return (u8)(v * (u32)g);
     return (u8)(u32)((double)v * g);
 }
+
+// Adler-32's modulus, and zlib's adler32_combine: the checksum of a ++ b from those of a and b
+// and b's length (the GPU PNG encoders, zlib.cu and fdeflate.cu).
+#define ADLER_BASE 65521u
+__device__ __forceinline__ u32 adler32_combine(u32 a, u32 b, u64 len_b) {
+    u64 rem = len_b % ADLER_BASE;
+    u64 a1 = a & 0xffffu, b1 = a >> 16, a2 = b & 0xffffu, b2 = b >> 16;
+    u64 sum1 = (a1 + a2 + ADLER_BASE - 1) % ADLER_BASE;
+    u64 sum2 = (rem * a1 % ADLER_BASE + b1 + b2 + ADLER_BASE - rem) % ADLER_BASE;
+    return (u32)(sum1 | (sum2 << 16));
+}

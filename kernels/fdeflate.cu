@@ -29,7 +29,6 @@
 // fdeflate's zlib header and dynamic block header (compress.rs, `write_headers`): 53 bytes,
 // then 5 bits of the 54th.
 #define FD_HEADER_BITS (53u * 8u + 5u)
-#define FD_ADLER_BASE 65521u
 
 // fdeflate 0.3.7 src/tables.rs HUFFMAN_LENGTHS: literals 0-255, end of block, lengths 257-285.
 FD_CONST u8 FD_LENGTHS[FD_SYMBOLS] = {
@@ -205,15 +204,6 @@ FD_FN void fd_row(const FdTables* t, const u8* row, u32 n, Sink& s) {
     for (u32 i = whole; i < n; i++) fd_literal(t, row[i], s);
 }
 
-// zlib's adler32_combine (as zlib.cu's, repeated so that this file stands alone).
-FD_FN u32 fd_adler_combine(u32 a, u32 b, u64 len_b) {
-    u64 rem = len_b % FD_ADLER_BASE;
-    u64 a1 = a & 0xffffu, b1 = a >> 16, a2 = b & 0xffffu, b2 = b >> 16;
-    u64 sum1 = (a1 + a2 + FD_ADLER_BASE - 1) % FD_ADLER_BASE;
-    u64 sum2 = (rem * a1 % FD_ADLER_BASE + b1 + b2 + FD_ADLER_BASE - rem) % FD_ADLER_BASE;
-    return (u32)(sum1 | (sum2 << 16));
-}
-
 // fdeflate's StoredOnlyCompressor::compressed_size: the zlib stream of stored blocks, which
 // `png` (and the CPU writer) write instead when fdeflate's is larger.
 FD_FN u64 fd_stored_size(u64 raw) {
@@ -229,7 +219,7 @@ FD_FN u32 fd_row_adler(const u8* p, u32 n) {
         s1 += v;
         s2 += (u64)(n - i) * v;
     }
-    return (u32)(((n + s2) % FD_ADLER_BASE) << 16 | ((1 + s1) % FD_ADLER_BASE));
+    return (u32)(((n + s2) % ADLER_BASE) << 16 | ((1 + s1) % ADLER_BASE));
 }
 
 #ifndef FD_HOST_TEST
@@ -245,9 +235,13 @@ struct FdSlice {
     u64 cap;
 };
 
-// The slice and row of this thread in a grid of `blocks_per_slice` blocks per slice.
-__device__ __forceinline__ bool fd_locate(const FdSlice* slices, u32 n, u32 blocks_per_slice,
-                                          u32* slice, u32* row) {
+// The start of both per-row kernels: the block builds the code tables in `t` (shared memory),
+// then finds this thread's slice and row in a grid of `blocks_per_slice` blocks per slice;
+// false for a thread past its slice's rows.
+__device__ __forceinline__ bool fd_row_thread(FdTables* t, const FdSlice* slices, u32 n,
+                                              u32 blocks_per_slice, u32* slice, u32* row) {
+    fd_tables(t, threadIdx.x, blockDim.x);
+    __syncthreads();
     *slice = blockIdx.x / blocks_per_slice;
     *row = (blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
     return *slice < n && *row < slices[*slice].row_count;
@@ -258,10 +252,8 @@ extern "C" __global__ void fdeflate_count(const FdSlice* __restrict__ slices, u3
                                           u32 blocks_per_slice, u32 stride, u32* __restrict__ bits,
                                           u32* __restrict__ adler) {
     __shared__ FdTables t;
-    fd_tables(&t, threadIdx.x, blockDim.x);
-    __syncthreads();
     u32 slice, row;
-    if (!fd_locate(slices, n, blocks_per_slice, &slice, &row)) return;
+    if (!fd_row_thread(&t, slices, n, blocks_per_slice, &slice, &row)) return;
     FdSlice d = slices[slice];
     const u8* p = (const u8*)d.rows + (u64)row * d.row_bytes;
     FdCount c = {0};
@@ -297,7 +289,7 @@ extern "C" __global__ void fdeflate_place(const FdSlice* __restrict__ slices, u3
     const u32* ad = adler + (u64)slice * stride;
     for (u32 r = r0; r < r1; r++) {
         mine += b[r];
-        a = fd_adler_combine(a, ad[r], d.row_bytes);
+        a = adler32_combine(a, ad[r], d.row_bytes);
     }
     sums[tid] = mine;
     checks[tid] = a;
@@ -316,7 +308,7 @@ extern "C" __global__ void fdeflate_place(const FdSlice* __restrict__ slices, u3
         __syncthreads();
         sums[tid] += add;
         if (combine) {
-            checks[tid] = fd_adler_combine(checks[tid], other, other_len);
+            checks[tid] = adler32_combine(checks[tid], other, other_len);
             lens[tid] += other_len;
         }
         __syncthreads();
@@ -370,10 +362,8 @@ extern "C" __global__ void fdeflate_write(const FdSlice* __restrict__ slices, u3
                                           u32 blocks_per_slice, u32 stride,
                                           const u32* __restrict__ offsets) {
     __shared__ FdTables t;
-    fd_tables(&t, threadIdx.x, blockDim.x);
-    __syncthreads();
     u32 slice, row;
-    if (!fd_locate(slices, n, blocks_per_slice, &slice, &row)) return;
+    if (!fd_row_thread(&t, slices, n, blocks_per_slice, &slice, &row)) return;
     FdSlice d = slices[slice];
     u8* out = (u8*)d.packed;
     if (*(const u64*)out == ~0ull) return;

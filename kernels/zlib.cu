@@ -5,8 +5,6 @@
 // `output::zlib::zlib_from_gzip`.
 #include "common.cuh"
 
-#define ADLER_BASE 65521u
-
 // nvCOMP's batched API reads device arrays of input pointers, input sizes and output
 // pointers: one entry each (the whole slice is one gzip chunk; nvCOMP splits it internally).
 extern "C" __global__ void gzip_setup(u64 input, u64 len, u64 output, u64* __restrict__ in_ptr,
@@ -16,15 +14,6 @@ extern "C" __global__ void gzip_setup(u64 input, u64 len, u64 output, u64* __res
         *in_size = len;
         *out_ptr = output;
     }
-}
-
-// zlib's adler32_combine: the checksum of a ++ b from those of a and b and b's length.
-__device__ u32 adler32_combine(u32 a, u32 b, u64 len_b) {
-    u64 rem = len_b % ADLER_BASE;
-    u64 a1 = a & 0xffffu, b1 = a >> 16, a2 = b & 0xffffu, b2 = b >> 16;
-    u64 sum1 = (a1 + a2 + ADLER_BASE - 1) % ADLER_BASE;
-    u64 sum2 = (rem * a1 % ADLER_BASE + b1 + b2 + ADLER_BASE - rem) % ADLER_BASE;
-    return (u32)(sum1 | (sum2 << 16));
 }
 
 // Adler-32 of each `chunk`-byte chunk of data[0, total) into adler[blockIdx.x]: one block per

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
             fd_row(&t, data.data() + (size_t)r * row_bytes, row_bytes, c);
             offset[r] = total;
             total += c.bits;
-            check = fd_adler_combine(check, fd_row_adler(data.data() + (size_t)r * row_bytes, row_bytes), row_bytes);
+            check = adler32_combine(check, fd_row_adler(data.data() + (size_t)r * row_bytes, row_bytes), row_bytes);
         }
         // fdeflate_place
         uint32_t eob = fd_code(FD_END_OF_BLOCK);
