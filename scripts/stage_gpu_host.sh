@@ -9,11 +9,9 @@
 #                                 the CUDA toolkit's nvJPEG only)
 #   STAGE/tools/                  Debian's pngcheck with the libz it was built against, behind a
 #                                 wrapper (the host's newer zlib makes it warn on every file)
-#   STAGE/decode-data/            a few distinct compressed slices per series, made here by DCMTK
-#                                 and GDCM (the host has neither); device_verify.sh copies them up
-#                                 to the slice counts it needs (the s512/s2000 tree of
-#                                 bench_decode.py, the `decode` section, only with
-#                                 STAGE_BENCH_DECODE=1: it would not fit beside the rest)
+#   STAGE/decode-data/            a few distinct compressed slices per series (see below), made
+#                                 here by DCMTK and GDCM (the host has neither);
+#                                 device_verify.sh copies them up to the slice counts it needs
 #
 # usage: scripts/stage_gpu_host.sh STAGE        (needs network to PyPI, dcmtk, libgdcm-tools,
 #                                                pngcheck; about 10 minutes on 2 cores)
@@ -64,16 +62,23 @@ printf '#!/bin/sh\nLD_LIBRARY_PATH="$(dirname "$0")" exec "$(dirname "$0")/pngch
   > "$stage/tools/pngcheck"
 chmod +x "$stage/tools/pngcheck"
 
-# Distinct slices per series: j2k/j2k2000 (GDCM, JPEG 2000 lossless 512²/2000²), jls512/jls2000 (dcmcjpeg +e1),
-# base512/base2000 (dcmcjpeg +eb on 8-bit synth), and with STAGE_BENCH_DECODE=1 the s512/s2000
-# tree of bench_decode.py.
+# Distinct slices per series: j2k (GDCM, JPEG 2000 lossless 512²), jls512 (dcmcjpeg +e1),
+# base512/base2000 (dcmcjpeg +eb on 8-bit synth), with STAGE_SERIES_2000=1 jls2000 and j2k2000,
+# and with STAGE_BENCH_DECODE=1 the s512/s2000 tree of bench_decode.py.
 bash scripts/make_decode_bench_data.sh target/release/dicomflow "$work/dd" 20 3 >&2
 d=$stage/decode-data
 [ -n "${STAGE_BENCH_DECODE:-}" ] && cp -r "$work/dd/s512" "$work/dd/s2000" "$d/"
 cp -r "$work/dd/s512/j2k" "$d/j2k"
 cp -r "$work/dd/s512/jls" "$d/jls512"
 cp -r "$work/dd/s512/baseline" "$d/base512"
-cp -r "$work/dd/s2000/jls" "$d/jls2000"
 cp -r "$work/dd/s2000/baseline" "$d/base2000"
-cp -r "$work/dd/s2000/j2k" "$d/j2k2000"
+# The lossless 2000² series are 7 MB each: with them the stage passes what the device tool
+# carries beside the working tree, unless something else stays behind.
+if [ -n "${STAGE_SERIES_2000:-}" ]; then
+  cp -r "$work/dd/s2000/jls" "$d/jls2000"
+  cp -r "$work/dd/s2000/j2k" "$d/j2k2000"
+fi
 du -sh "$stage" "$stage"/* >&2
+tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+total=$(( ($(du -sb "$stage" | cut -f1) + tree) / 1048576 ))
+[ "$total" -lt 64 ] || echo "warning: stage and working tree are $total MiB; the device tool carries 64" >&2
