@@ -456,6 +456,10 @@ pub struct JobArgs {
     /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU. [default: 32]
     #[arg(long)]
     pub decode_streams: Option<i64>,
+    /// CUDA streams per device when the GPU compresses fast PNG and the first frame has at
+    /// most 1024² pixels. [default: 4]
+    #[arg(long)]
+    pub encode_streams: Option<i64>,
     /// Who compresses PNG/JPEG output beside the CUDA backend: auto, gpu, cpu. [default: auto]
     #[arg(long)]
     pub gpu_encode: Option<String>,
@@ -515,6 +519,7 @@ impl JobArgs {
         r.gpu.decode = self.gpu_decode.clone();
         r.gpu.decode_start = self.gpu_decode_start.clone();
         r.gpu.decode_streams = self.decode_streams;
+        r.gpu.encode_streams = self.encode_streams;
         r.gpu.encode = self.gpu_encode.clone();
         r.gpu.encode_batch = self.encode_batch;
         r.dashboard.tui = if self.tui {

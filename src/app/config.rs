@@ -181,6 +181,7 @@ pub struct RawGpu {
     pub decode: Option<String>,
     pub decode_start: Option<String>,
     pub decode_streams: Option<i64>,
+    pub encode_streams: Option<i64>,
     pub encode: Option<String>,
     pub encode_batch: Option<i64>,
 }
@@ -734,6 +735,9 @@ impl Settings {
         if let Some(v) = g.decode_streams {
             self.backend.gpu.decode_streams = count(origin, "gpu.decode_streams", v, 1, 64)?;
         }
+        if let Some(v) = g.encode_streams {
+            self.backend.gpu.encode_streams = count(origin, "gpu.encode_streams", v, 1, 64)?;
+        }
         if let Some(v) = g.encode_batch {
             self.backend.gpu.encode_batch = count(origin, "gpu.encode_batch", v, 1, 64)?;
         }
@@ -975,6 +979,7 @@ mod tests {
             ("output.dir", "--output"),
             ("gpu.decode", "--gpu-decode"),
             ("gpu.decode_streams", "--decode-streams"),
+            ("gpu.encode_streams", "--encode-streams"),
             ("gpu.decode_start", "--gpu-decode-start"),
             ("gpu.encode_batch", "--encode-batch"),
             ("pipeline.max_frame_mib", "--max-frame-mib"),

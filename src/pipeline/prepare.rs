@@ -11,7 +11,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::cuda::encode::GpuEncodeWish;
 use crate::backend::cuda::CudaBackend;
 use crate::backend::options::{
-    BackendChoice, BackendOptions, GpuDecode, GpuDecodeStart, GpuEncodeChoice,
+    BackendChoice, BackendOptions, GpuDecode, GpuDecodeStart, GpuEncodeChoice, SMALL_FRAME_PIXELS,
 };
 use crate::backend::{Backend, OutputWish};
 use crate::decode::compressed::GpuCodec;
@@ -63,7 +63,9 @@ pub fn select_backend_for(
             }
         }
     }
-    let tuned = with_decode_streams(options, &first);
+    let jpeg2000_tuned = with_decode_streams(options, &first);
+    let jpeg2000_on_gpu = jpeg2000_tuned.is_some();
+    let tuned = jpeg2000_tuned.or_else(|| with_encode_streams(options, &first, &wish));
     let options = tuned.as_ref().unwrap_or(options);
     if options.choice != BackendChoice::Cpu {
         // Before any CUDA context exists (the driver reads it then).
@@ -91,7 +93,7 @@ pub fn select_backend_for(
         }
         BackendChoice::Auto => match crate::backend::cuda::driver::libraries() {
             Ok(()) => {
-                match too_small_for_the_gpu(options, &job.output.dir, sources, tuned.is_some()) {
+                match too_small_for_the_gpu(options, &job.output.dir, sources, jpeg2000_on_gpu) {
                     Some(why) => {
                         tracing::info!("{why}; using the CPU backend");
                         Ok(Arc::new(CpuBackend::new(format!("auto: {why}"))))
@@ -333,6 +335,46 @@ fn with_decode_streams(options: &BackendOptions, first: &FirstFile) -> Option<Ba
     Some(tuned)
 }
 
+/// `options` with `gpu.encode_streams` streams per GPU when the GPU will compress fast PNG
+/// (`gpu.encode` not "cpu") and the job's first frame is small (at most
+/// [`SMALL_FRAME_PIXELS`]): each slice then costs the shared threads only a read and a write,
+/// and two render workers no longer keep up with fourteen of them.
+fn with_encode_streams(
+    options: &BackendOptions,
+    first: &FirstFile,
+    wish: &OutputWish,
+) -> Option<BackendOptions> {
+    use crate::backend::cuda::encode::PngEffort;
+    let gpu = &options.gpu;
+    let fast_png = matches!(
+        wish.gpu_encode,
+        Ok(GpuEncodeWish::Png {
+            effort: PngEffort::Fast,
+            ..
+        })
+    );
+    if options.choice == BackendChoice::Cpu
+        || gpu.encode == GpuEncodeChoice::Cpu
+        || !fast_png
+        || gpu.encode_streams <= gpu.streams
+        || first.inputs.is_empty()
+    {
+        return None;
+    }
+    let pixels = first.frame_pixels()?;
+    if pixels > SMALL_FRAME_PIXELS {
+        return None;
+    }
+    tracing::info!(
+        "first frame has {pixels} pixels and the GPU compresses its PNG: {} CUDA streams per GPU \
+         (gpu.encode_streams)",
+        gpu.encode_streams
+    );
+    let mut tuned = options.clone();
+    tuned.gpu.streams = gpu.encode_streams;
+    Some(tuned)
+}
+
 fn slots_beside(opts: &PipelineOptions, workers: usize, per_call: usize) -> usize {
     Sizing::with_workers(opts, workers)
         .with_frames_per_call(opts, per_call)
@@ -373,6 +415,63 @@ mod tests {
         assert!(too_small_for_the_gpu(&with(None), &out, &inputs, false).is_some());
         let why = too_small_for_the_gpu(&with(Some(1 << 40)), &out, &inputs, true).unwrap();
         assert!(!why.contains("JPEG 2000"), "{why}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn small_frames_compressed_on_the_gpu_get_the_encode_streams() {
+        let dir = crate::scratch_dir("encode-streams");
+        let opts = crate::synth::SynthOptions {
+            size: 64,
+            slices: 1,
+            ..Default::default()
+        };
+        crate::synth::write_series(&dir, &opts).unwrap();
+        let inputs = std::slice::from_ref(&dir);
+        let job = Job::default();
+        let png = output_wish(&OutputOptions::default());
+        let streams = |options: &BackendOptions, job: &Job, wish: &OutputWish| {
+            with_encode_streams(options, &FirstFile::new(job, inputs), wish).map(|o| o.gpu.streams)
+        };
+        let with = |f: &dyn Fn(&mut BackendOptions)| {
+            let mut o = BackendOptions::default();
+            f(&mut o);
+            o
+        };
+        let defaults = BackendOptions::default();
+        assert_eq!(streams(&defaults, &job, &png), Some(4));
+        // Not when the writers compress, the CPU renders, the output is not fast PNG, the
+        // streams are already as many, or nothing is known of the inputs.
+        let cpu_encode = with(&|o| o.gpu.encode = GpuEncodeChoice::Cpu);
+        assert_eq!(streams(&cpu_encode, &job, &png), None);
+        let cpu = with(&|o| o.choice = BackendChoice::Cpu);
+        assert_eq!(streams(&cpu, &job, &png), None);
+        let more = with(&|o| o.gpu.streams = 4);
+        assert_eq!(streams(&more, &job, &png), None);
+        let jpeg = output_wish(&OutputOptions {
+            format: OutputFormat::Jpeg,
+            ..OutputOptions::default()
+        });
+        assert_eq!(streams(&defaults, &job, &jpeg), None);
+        let balanced = output_wish(&OutputOptions {
+            png_compression: PngCompression::Balanced,
+            ..OutputOptions::default()
+        });
+        assert_eq!(streams(&defaults, &job, &balanced), None);
+        assert!(with_encode_streams(&defaults, &FirstFile::new(&job, &[]), &png).is_none());
+        // The output's pixels decide: resized past 1024², the default streams stay.
+        let resized = |width, height| Job {
+            render: crate::render::RenderOptions {
+                ops: crate::render::ops::OperatorOptions {
+                    resize: crate::render::ops::Resize::Exact { width, height },
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Job::default()
+        };
+        assert_eq!(streams(&defaults, &resized(1024, 1024), &png), Some(4));
+        assert_eq!(streams(&defaults, &resized(1025, 1024), &png), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
