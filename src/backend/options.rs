@@ -142,8 +142,9 @@ pub struct GpuOptions {
     pub decode_streams: usize,
     /// Streams per GPU when the GPU compresses fast PNG and the job's first frame has at most
     /// [`SMALL_FRAME_PIXELS`] pixels (CT's 512²): the shared threads then only read and write,
-    /// and more workers keep them fed (H200 host, 512²: 4 streams gave 8–27 % more pipeline
-    /// slices/s than 2 in five calls; at 2000² 4–7 % fewer, so larger frames keep `streams`).
+    /// and more workers keep them fed (H200 host: 16 000 × 512² +20–23 % pipeline slices/s on 4
+    /// streams against 2, 4000 × 1024² +4–15 %; at 2000² 4–9 % fewer, so larger frames keep
+    /// `streams`; BENCHMARKS.md, "GPU encoders").
     /// At least `streams`.
     pub encode_streams: usize,
     /// Who compresses PNG and JPEG output when the CUDA backend renders.
