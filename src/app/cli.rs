@@ -443,7 +443,8 @@ pub struct JobArgs {
     /// GPUs: all, or a list such as 0,1. [default: all]
     #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub gpus: Option<String>,
-    /// CUDA streams per device. [default: 2]
+    /// CUDA streams per device; --decode-streams (JPEG 2000) and --encode-streams (small frames,
+    /// PNG compressed on the GPU) raise it where they apply. [default: 2]
     #[arg(long, help_heading = "Tuning (threads, backend, GPUs)")]
     pub streams: Option<i64>,
     /// Compressed frames decoded on the GPU: lossless, all, none. [default: lossless]

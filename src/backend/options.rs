@@ -140,12 +140,12 @@ pub struct GpuOptions {
     /// driver gives each stream a hardware queue of its own up to `CUDA_DEVICE_MAX_CONNECTIONS`,
     /// which [`crate::backend::cuda::ask_for_hardware_queues`] raises to the streams.
     pub decode_streams: usize,
-    /// Streams per GPU when the GPU compresses fast PNG and the job's first frame has at most
-    /// [`SMALL_FRAME_PIXELS`] pixels (CT's 512²): the shared threads then only read and write,
-    /// and more workers keep them fed (H200 host: 16 000 × 512² +20–23 % pipeline slices/s on 4
+    /// Streams per GPU when the GPU compresses fast PNG and the job's first frame is stored
+    /// uncompressed with at most [`SMALL_FRAME_PIXELS`] pixels in and out: the shared threads
+    /// then only read and write, and more workers keep them fed (H200 host: 16 000 × 512² +20–23 % pipeline slices/s on 4
     /// streams against 2, 4000 × 1024² +4–15 %; at 2000² 4–9 % fewer, so larger frames keep
-    /// `streams`; BENCHMARKS.md, "GPU encoders").
-    /// At least `streams`.
+    /// `streams`; BENCHMARKS.md, "GPU encoders"). At least `streams`. Under `backend = "auto"`
+    /// the render workers are also at least a quarter of the cores.
     pub encode_streams: usize,
     /// Who compresses PNG and JPEG output when the CUDA backend renders.
     pub encode: GpuEncodeChoice,

@@ -53,6 +53,11 @@ fn fail(msg: impl Into<String>) -> DecodeError {
     DecodeError::Fail(msg.into())
 }
 
+/// Whether `ts` stores pixel data natively (uncompressed, not deflated).
+pub(crate) fn is_native(ts: &str) -> bool {
+    native_byte_order(ts).is_some()
+}
+
 /// Transfer syntaxes whose pixel data is stored natively.
 fn native_byte_order(ts: &str) -> Option<bool /* big endian */> {
     match ts {

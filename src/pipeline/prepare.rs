@@ -336,9 +336,11 @@ fn with_decode_streams(options: &BackendOptions, first: &FirstFile) -> Option<Ba
 }
 
 /// `options` with `gpu.encode_streams` streams per GPU when the GPU will compress fast PNG
-/// (`gpu.encode` not "cpu") and the job's first frame is small (at most
-/// [`SMALL_FRAME_PIXELS`]): each slice then costs the shared threads only a read and a write,
-/// and two render workers no longer keep up with fourteen of them.
+/// (`gpu.encode` not "cpu") and the job's first frame is small and stored natively (at most
+/// [`SMALL_FRAME_PIXELS`] pixels read and written): each slice then costs the shared threads
+/// only a read and a write, and two render workers leave them waiting. Compressed first files
+/// keep their streams: their decoders, not the workers, bound them, and the figures measured
+/// for them are on `gpu.streams` (and JPEG 2000 has its own, `gpu.decode_streams`).
 fn with_encode_streams(
     options: &BackendOptions,
     first: &FirstFile,
@@ -361,7 +363,15 @@ fn with_encode_streams(
     {
         return None;
     }
-    let pixels = first.frame_pixels()?;
+    let info = first.info()?;
+    if !crate::decode::is_native(&info.transfer_syntax) {
+        return None;
+    }
+    // The larger of what is read and what is written: a 2000² slice resized to 512² still
+    // costs its 8 MB read, the bound at 2000².
+    let pixels = first
+        .frame_pixels()?
+        .max(u64::from(info.rows) * u64::from(info.cols));
     if pixels > SMALL_FRAME_PIXELS {
         return None;
     }
@@ -459,7 +469,8 @@ mod tests {
         });
         assert_eq!(streams(&defaults, &job, &balanced), None);
         assert!(with_encode_streams(&defaults, &FirstFile::new(&job, &[]), &png).is_none());
-        // The output's pixels decide: resized past 1024², the default streams stay.
+        // The larger of the input's and the output's pixels decides: resized past 1024², the
+        // default streams stay, and so do large inputs resized down (below).
         let resized = |width, height| Job {
             render: crate::render::RenderOptions {
                 ops: crate::render::ops::OperatorOptions {
@@ -473,6 +484,27 @@ mod tests {
         assert_eq!(streams(&defaults, &resized(1024, 1024), &png), Some(4));
         assert_eq!(streams(&defaults, &resized(1025, 1024), &png), None);
         std::fs::remove_dir_all(&dir).unwrap();
+
+        // A 1100² input resized down to 256², and a compressed (RLE) 64² input, keep theirs.
+        let large = crate::scratch_dir("encode-streams-large");
+        let opts = crate::synth::SynthOptions {
+            size: 1100,
+            slices: 1,
+            ..Default::default()
+        };
+        crate::synth::write_series(&large, &opts).unwrap();
+        let down = resized(256, 256);
+        let first = FirstFile::new(&down, std::slice::from_ref(&large));
+        assert!(with_encode_streams(&defaults, &first, &png).is_none());
+        std::fs::remove_dir_all(&large).unwrap();
+        let rle = crate::scratch_dir("encode-streams-rle");
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/conformance/rle_gray16.dcm");
+        std::fs::copy(fixture, rle.join("rle_gray16.dcm")).unwrap();
+        let first = FirstFile::new(&job, std::slice::from_ref(&rle));
+        assert!(first.info().is_some());
+        assert!(with_encode_streams(&defaults, &first, &png).is_none());
+        std::fs::remove_dir_all(&rle).unwrap();
     }
 
     #[test]
