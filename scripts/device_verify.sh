@@ -5,6 +5,7 @@
 #
 # usage: scripts/device_verify.sh STAGE OUT [SECTIONS]
 #   STAGE    a folder holding bin/dicomflow(.xz), tests/*(.xz) (test executables, as
+#            scripts/stage_gpu_host.sh, which makes the whole folder, or
 #            ../shared/tools/device-stage.sh makes them: the unit tests' and `it`, every
 #            integration test), libs/*.xz (codec libraries:
 #            libnvjpeg2k.so.0, libnvcomp.so.6, compressed to fit the transfer) and, for the
@@ -236,7 +237,7 @@ if want listen; then
   rm -rf /dev/shm/dv-listen
 fi
 
-if want decode && [ -d "$stage/decode-data" ]; then
+if want decode && [ -d "$stage/decode-data/s512" ]; then
   timeout 240 python3 "$here/scripts/bench_decode.py" "$bin" "$stage/decode-data" "$out/decode" \
     --sizes 512 --slices 1000 --series j2k --streams 16 > "$out/decode.txt" 2>&1
   say "   decode:"; tail -8 "$out/decode.txt" | tee -a "$summary"

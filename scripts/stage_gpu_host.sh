@@ -17,20 +17,23 @@
 #                                                pngcheck; about 10 minutes on 2 cores)
 # then:  run with carry [STAGE] and `bash scripts/device_verify.sh STAGE $OUT [SECTIONS]`.
 set -euo pipefail
+stage=$(realpath -m "${1:?usage: scripts/stage_gpu_host.sh STAGE}")
+# It is emptied first: refuse anything that is not an earlier stage.
+[ ! -e "$stage" ] || [ -f "$stage/manifest_dir" ] || {
+  echo "refusing to replace $stage: not a stage (no manifest_dir)" >&2; exit 1; }
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-stage=${1:?usage: scripts/stage_gpu_host.sh STAGE}
 for t in dcmcjpeg gdcmconv pngcheck xz; do
   command -v "$t" >/dev/null || { echo "$t not found (apt-get install dcmtk libgdcm-tools pngcheck xz-utils)" >&2; exit 1; }
 done
 rm -rf "$stage" && mkdir -p "$stage"/{bin,tests,libs,tools,decode-data}
-stage=$(readlink -f "$stage")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 cargo build --release --bins >&2
 strip --strip-debug -o "$stage/bin/dicomflow" target/release/dicomflow
 xz -T2 -6 "$stage/bin/dicomflow"
+cargo test --release --no-run >&2
 cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
 import sys, json
 for line in sys.stdin:
@@ -79,6 +82,6 @@ if [ -n "${STAGE_SERIES_2000:-}" ]; then
   cp -r "$work/dd/s2000/j2k" "$d/j2k2000"
 fi
 du -sh "$stage" "$stage"/* >&2
-tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | awk '$2 == "total" {s += $1} END {print s + 0}') || true
 total=$(( ($(du -sb "$stage" | cut -f1) + tree) / 1048576 ))
 [ "$total" -lt 64 ] || echo "warning: stage and working tree are $total MiB; the device tool carries 64" >&2

@@ -1,5 +1,5 @@
 # Sourced by the device scripts (device_verify.sh, bench_nvjpeg_start.sh, j2k_timeline.sh):
-# unpacks a stage made by ../shared/tools/device-stage.sh (bin/dicomflow[.xz], libs/*.xz) and
+# unpacks a stage made by scripts/stage_gpu_host.sh (or ../shared/tools/device-stage.sh) (bin/dicomflow[.xz], libs/*.xz) and
 # replicates its decode-data series.
 #
 #   unpack FILE DEST        FILE (.xz or plain) to DEST, executable
