@@ -430,13 +430,18 @@ mod tests {
 
     #[test]
     fn small_frames_compressed_on_the_gpu_get_the_encode_streams() {
-        let dir = crate::scratch_dir("encode-streams");
-        let opts = crate::synth::SynthOptions {
-            size: 64,
-            slices: 1,
-            ..Default::default()
+        // A folder holding one synth slice of `size`².
+        let slice = |name: &str, size: u32| {
+            let dir = crate::scratch_dir(name);
+            let opts = crate::synth::SynthOptions {
+                size,
+                slices: 1,
+                ..Default::default()
+            };
+            crate::synth::write_series(&dir, &opts).unwrap();
+            dir
         };
-        crate::synth::write_series(&dir, &opts).unwrap();
+        let dir = slice("encode-streams", 64);
         let inputs = std::slice::from_ref(&dir);
         let job = Job::default();
         let png = output_wish(&OutputOptions::default());
@@ -486,13 +491,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
 
         // A 1100² input resized down to 256², and a compressed (RLE) 64² input, keep theirs.
-        let large = crate::scratch_dir("encode-streams-large");
-        let opts = crate::synth::SynthOptions {
-            size: 1100,
-            slices: 1,
-            ..Default::default()
-        };
-        crate::synth::write_series(&large, &opts).unwrap();
+        let large = slice("encode-streams-large", 1100);
         let down = resized(256, 256);
         let first = FirstFile::new(&down, std::slice::from_ref(&large));
         assert!(with_encode_streams(&defaults, &first, &png).is_none());
