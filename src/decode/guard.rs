@@ -15,7 +15,7 @@
 //! and lets dicom-rs report the error in its own words.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::{BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -32,16 +32,16 @@ pub const MAX_SEQUENCE_DEPTH: usize = 64;
 const UNDEFINED: u32 = 0xffff_ffff;
 
 /// Where the checked bytes come from.
-enum Bytes {
+enum Bytes<'f> {
     /// A file, read with positioned reads (values are skipped without reading them).
-    File(File),
+    File(&'f File),
     /// A forward-only stream (an inflated data set), `at` bytes consumed.
-    Stream { reader: Box<dyn Read>, at: u64 },
+    Stream { reader: Box<dyn Read + 'f>, at: u64 },
     /// Bytes held in memory (a value [`super::un`] parses again), read like a file.
     Mem(Vec<u8>),
 }
 
-impl Bytes {
+impl Bytes<'_> {
     /// Appends up to `n` bytes found at offset `at` (never behind a stream's position) to
     /// `out`; returns how many. Fewer than `n` only at the end of a stream.
     fn read_at(&mut self, at: u64, n: usize, out: &mut Vec<u8>) -> std::io::Result<usize> {
@@ -105,8 +105,8 @@ fn discard(reader: &mut dyn Read, n: u64) -> u64 {
 
 /// Buffered reads over the bytes of a data set: element headers come from one window,
 /// values are skipped.
-struct Src {
-    bytes: Bytes,
+struct Src<'f> {
+    bytes: Bytes<'f>,
     /// The size of the data set; for a stream, `u64::MAX` until its end is met.
     size: u64,
     pos: u64,
@@ -114,8 +114,8 @@ struct Src {
     buf_at: u64,
 }
 
-impl Src {
-    fn new(bytes: Bytes, size: u64) -> Src {
+impl<'f> Src<'f> {
+    fn new(bytes: Bytes<'f>, size: u64) -> Src<'f> {
         Src {
             bytes,
             size,
@@ -286,22 +286,34 @@ pub struct Walk {
 /// DICOM. Returns why the file must not be parsed, or what the walk saw (also when it gave
 /// up early).
 pub fn check_structure(path: &Path, kind: &Probe, max_pixel_bytes: u64) -> Result<Walk, String> {
+    let (file, len) =
+        super::probe::open_input_len(path).map_err(|e| format!("cannot open: {e}"))?;
+    check_opened(&file, len, kind, max_pixel_bytes)
+}
+
+/// [`check_structure`] on a file of `len` bytes that the caller opened (with
+/// [`super::probe::open_input_len`]) and goes on reading: the header parse and the pixels
+/// then come from the same open file (one open per input instead of three, and the same inode
+/// even if the path is replaced meanwhile). Positioned reads only: the file's offset stays
+/// where it was.
+pub fn check_opened(
+    file: &File,
+    len: u64,
+    kind: &Probe,
+    max_pixel_bytes: u64,
+) -> Result<Walk, String> {
     let mut walk = Walk::default();
-    check_file(path, kind, max_pixel_bytes, &mut walk)?;
+    check_file(file, len, kind, max_pixel_bytes, &mut walk)?;
     Ok(walk)
 }
 
 fn check_file(
-    path: &Path,
+    file: &File,
+    size: u64,
     kind: &Probe,
     max_pixel_bytes: u64,
     walk: &mut Walk,
 ) -> Result<(), String> {
-    let file = super::probe::open_input(path).map_err(|e| format!("cannot open: {e}"))?;
-    let size = file
-        .metadata()
-        .map_err(|e| format!("cannot open: {e}"))?
-        .len();
     let mut src = Src::new(Bytes::File(file), size);
     let ts = match kind {
         Probe::NotDicom(_) => return Ok(()),
@@ -320,7 +332,7 @@ fn check_file(
     };
     let ts = trim_uid(&ts);
     if let Some(adapter) = deflate_adapter(ts) {
-        return check_deflated(path, src.pos, adapter, max_pixel_bytes, walk);
+        return check_deflated(file, size, src.pos, adapter, max_pixel_bytes, walk);
     }
     let (explicit, be) = match ts {
         uids::IMPLICIT_VR_LITTLE_ENDIAN => (false, false),
@@ -368,15 +380,14 @@ pub const DEFLATED_HEADER_BUDGET: u64 = 64 << 20;
 /// padding byte) or than `max_pixel_bytes`, or more than [`DEFLATED_HEADER_BUDGET`] of
 /// other elements. It stops before inflating what it refuses.
 fn check_deflated(
-    path: &Path,
+    file: &File,
+    size: u64,
     start: u64,
     adapter: &dyn DataRWAdapter,
     max_pixel_bytes: u64,
     walk: &mut Walk,
 ) -> Result<(), String> {
-    let mut f = super::probe::open_input(path).map_err(|e| format!("cannot open: {e}"))?;
-    f.seek(SeekFrom::Start(start))
-        .map_err(|e| format!("cannot read: {e}"))?;
+    let f = super::probe::ReadAt::new(file, size, start);
     let reader = adapter.adapt_reader(Box::new(BufReader::new(f)));
     let mut src = Src::new(Bytes::Stream { reader, at: 0 }, u64::MAX);
     let budget = Budget {

@@ -155,6 +155,9 @@ struct Header {
     /// What was tolerated in the header.
     warnings: Vec<String>,
     sop: Option<String>,
+    /// The file, open, and its size: the native pixel read goes on with it.
+    file: std::fs::File,
+    len: u64,
 }
 
 /// Reads the header of a file found by [`probe`] to be DICOM, after the structure checks;
@@ -163,14 +166,22 @@ struct Header {
 fn read_header(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<Header, DecodeError> {
     // Lengths past EOF and absurd nesting make dicom-rs allocate gigabytes or overflow
     // the stack (an abort, not a catchable panic): refuse them before it parses.
-    let walk = guard::check_structure(path, &kind, limits.max_frame_bytes).map_err(fail)?;
+    // One open for the checks, the header and the pixels (see `guard::check_opened`).
+    let (file, len) = probe::open_input_len(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+    let walk = guard::check_opened(&file, len, &kind, limits.max_frame_bytes).map_err(fail)?;
     let (mut header, ts, bare) = match kind {
         Probe::FileMeta => {
+            // The probe saw `DICM` at offset 128 or 0, so dicom-rs's preamble detection
+            // decides as it does in `open_file`.
             let options = OpenFileOptions::new().read_until(tags::PIXEL_DATA);
+            let from_start = probe::ReadAt::new(&file, len, 0);
             let obj = if walk.patches.is_empty() {
-                options.open_file(path)
+                options.from_reader(from_start)
             } else {
-                options.from_reader(patched(path, &walk.patches)?)
+                options.from_reader(
+                    patch::PatchedReader::new(from_start, walk.patches.clone())
+                        .map_err(|e| fail(format!("cannot open: {e}")))?,
+                )
             }
             .map_err(|e| fail(format!("cannot parse DICOM header: {}", error_chain(&e))))?;
             // The meta table's getters already trim UIDs (trailing NULs and whitespace).
@@ -239,6 +250,8 @@ fn read_header(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<Header,
         patches: walk.patches,
         warnings,
         sop,
+        file,
+        len,
     })
 }
 
@@ -263,6 +276,8 @@ impl ImageFile {
             patches,
             mut warnings,
             sop,
+            file,
+            len,
         } = read_header(path, kind, limits)?;
         let dataset = header.dataset();
         let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
@@ -298,7 +313,7 @@ impl ImageFile {
 
         let source = match native_byte_order(&info.transfer_syntax) {
             Some(_) if !bare => {
-                match native::locate_pixel_data(path, &info, &info.transfer_syntax) {
+                match native::locate_pixel_data(file, len, &info, &info.transfer_syntax) {
                     Ok(Some(located)) => PixelSource::Native(located),
                     Ok(None) => PixelSource::Object(Box::new(open_full(path, &patches)?)),
                     Err(e) => return Err(fail(format!("cannot read pixel data: {e}"))),

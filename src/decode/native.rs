@@ -15,7 +15,6 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use dicom_dictionary_std::uids;
 
@@ -32,15 +31,14 @@ pub struct Located {
     pub swap_words: bool,
 }
 
-/// Returns the open file and where its Pixel Data value lies, or `None` when the Pixel Data
-/// element is not where the fast path expects it.
+/// Returns the open `file` (of `size` bytes) and where its Pixel Data value lies, or `None`
+/// when the Pixel Data element is not where the fast path expects it.
 pub fn locate_pixel_data(
-    path: &Path,
+    file: File,
+    size: u64,
     info: &ImageInfo,
     ts: &str,
 ) -> std::io::Result<Option<Located>> {
-    let file = super::probe::open_input(path)?;
-    let size = file.metadata()?.len();
     let expected = info.native_bytes(info.frames);
     let (big_endian, explicit) = match ts {
         uids::IMPLICIT_VR_LITTLE_ENDIAN => (false, false),

@@ -88,19 +88,64 @@ pub fn special_kind(ft: &std::fs::FileType) -> &'static str {
 /// opened, so that a path swapped for a special file after the scan looked at it is refused
 /// too. Regular files ignore `O_NONBLOCK`.
 pub fn open_input(path: &Path) -> std::io::Result<std::fs::File> {
+    open_input_len(path).map(|(file, _)| file)
+}
+
+/// [`open_input`], also returning the file's size (from the same `fstat`).
+pub fn open_input_len(path: &Path) -> std::io::Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
-    let ft = file.metadata()?.file_type();
+    let meta = file.metadata()?;
+    let ft = meta.file_type();
     if !ft.is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("{}, not a regular file", special_kind(&ft)),
         ));
     }
-    Ok(file)
+    Ok((file, meta.len()))
+}
+
+/// A `Read + Seek` view of an open file made of positioned reads, so that several readers of
+/// one file (the guard's walk, dicom-rs's parse, the native pixel read) never move each
+/// other's offset.
+pub struct ReadAt<'f> {
+    file: &'f std::fs::File,
+    len: u64,
+    pos: u64,
+}
+
+impl<'f> ReadAt<'f> {
+    /// Reads `file` (of `len` bytes) from offset `pos` on.
+    pub fn new(file: &'f std::fs::File, len: u64, pos: u64) -> Self {
+        ReadAt { file, len, pos }
+    }
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for ReadAt<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let (base, delta) = match to {
+            std::io::SeekFrom::Start(n) => (n, 0),
+            std::io::SeekFrom::Current(d) => (self.pos, d),
+            std::io::SeekFrom::End(d) => (self.len, d),
+        };
+        self.pos = base.checked_add_signed(delta).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start")
+        })?;
+        Ok(self.pos)
+    }
 }
 
 /// Reads the first bytes of `path` and classifies them.

@@ -107,7 +107,9 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// The atomic write behind [`write_atomic`] and [`OutputFiles::write`], the bytes synced
 /// before the name appears when `sync`; returns the folder.
 fn write_file(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<PathBuf> {
-    let mut pending = PendingFile::create(path, sync)?;
+    // No check for a folder at `path` first (a `stat` per output file): linking over a
+    // folder fails, and `finish` names that error.
+    let mut pending = PendingFile::start(path, sync)?;
     pending.write_all(bytes)?;
     pending.finish(sync)
 }
@@ -126,26 +128,37 @@ pub struct PendingFile {
 }
 
 impl PendingFile {
-    /// Starts a file for `path`, creating its parent folders (synced when `sync`).
+    /// Starts a file for `path`, creating its parent folders (synced when `sync`); fails at
+    /// once when a folder is in the way.
     pub fn create(path: &Path, sync: bool) -> std::io::Result<PendingFile> {
+        if path.is_dir() {
+            return Err(folder_in_the_way());
+        }
+        PendingFile::start(path, sync)
+    }
+
+    /// [`create`](Self::create) without the check for a folder at `path`.
+    fn start(path: &Path, sync: bool) -> std::io::Result<PendingFile> {
         let dir = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        if !dir.is_dir() {
-            create_dirs(dir, sync)?;
-        }
-        if path.is_dir() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::IsADirectory,
-                "a folder is in the way",
-            ));
-        }
-        let unnamed = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
-            .mode(0o644)
-            .open(dir);
+        let open_unnamed = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+                .mode(0o644)
+                .open(dir)
+        };
+        // The folder usually exists: try first, and create it only when it is missing (a
+        // `stat` less per file).
+        let unnamed = match open_unnamed() {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !dir.is_dir() => {
+                create_dirs(dir, sync)?;
+                open_unnamed()
+            }
+            other => other,
+        };
         let (file, temp) = match unnamed {
             Ok(f) => (f, None),
             Err(e) if unnamed_unsupported(&e) => {
@@ -178,13 +191,17 @@ impl PendingFile {
             // file or no name, never a name over missing bytes.
             self.file.sync_data()?;
         }
-        match self.temp.take() {
+        let named = match self.temp.take() {
             Some(tmp) => std::fs::rename(&tmp, &self.path).inspect_err(|_| {
                 let _ = std::fs::remove_file(&tmp);
-            })?,
-            None => link_unnamed(&self.file, &self.path)?,
+            }),
+            None => link_unnamed(&self.file, &self.path),
+        };
+        match named {
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Err(folder_in_the_way()),
+            Err(e) => Err(e),
+            Ok(()) => Ok(std::mem::take(&mut self.dir)),
         }
-        Ok(std::mem::take(&mut self.dir))
     }
 }
 
@@ -229,6 +246,10 @@ fn create_dirs(dir: &Path, sync: bool) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+fn folder_in_the_way() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::IsADirectory, "a folder is in the way")
 }
 
 fn unnamed_unsupported(e: &std::io::Error) -> bool {
@@ -347,6 +368,27 @@ pub fn remove_leftovers(dir: &Path) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_output_over_a_folder_fails_naming_it_and_leaves_the_folder() {
+        let dir = std::env::temp_dir().join(format!("dicomflow-atomic-dir-{}", std::process::id()));
+        let path = dir.join("x.png");
+        std::fs::create_dir_all(path.join("inner")).unwrap();
+        for sync in [false, true] {
+            let files = OutputFiles::new(if sync { SyncMode::File } else { SyncMode::Run });
+            let e = files.write(&path, b"bytes").unwrap_err();
+            assert_eq!(e.to_string(), "a folder is in the way");
+            assert!(path.join("inner").is_dir());
+        }
+        // Nothing else was left in the folder (the temporary link is removed).
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("x.png")]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn writes_and_replaces_atomically() {
