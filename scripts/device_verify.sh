@@ -160,16 +160,26 @@ if want encode; then
     IFS=';' read -r -a cfgs <<< "${ENCODE_CONFIGS:-cpu-png:--backend cpu;cuda-cpu-png:--backend cuda --gpu-encode cpu;gpu-png:--backend cuda --gpu-encode gpu --streams 4;gpu-png-8-streams:--backend cuda --gpu-encode gpu --streams 8;gpu-png-unbatched:--backend cuda --gpu-encode gpu --streams 8 --encode-batch 1;cpu-jpeg:--backend cpu --format jpeg;gpu-jpeg:--backend cuda --format jpeg --gpu-encode gpu}"
     for cfg in "${cfgs[@]}"; do
       label=${cfg%%:*}; args=${cfg#*:}
+      # A label starting with "base-" runs the earlier build (STAGE/dicomflow-*.xz).
+      exe=$bin; [[ $label == base-* && -n $base ]] && exe=$base
       rm -f $w/r.json; t0=$(date +%s.%N)
-      timeout 120 "$bin" run $w/in -o $w/out-$label $args --no-tui -q --report $w/r.json > /dev/null 2>&1
+      timeout 120 "$exe" run $w/in -o $w/out-$label $args --no-tui -q --report $w/r.json > /dev/null 2>&1
       rc=$?; t1=$(date +%s.%N)
       say "   encode ${size}² x $n $label: rc $rc, $(python3 -c "
 import json; r=json.load(open('$w/r.json')); e=r['result']['elapsed']; o=r['result']['totals']['output_bytes']
 st={s['name']: s for s in r['statistics']['stages']}
 busy=' '.join(f\"{k} {v.get('p50_ms', 0):.2f}ms/{v.get('busy_fraction', 0):.2f}\" for k, v in st.items() if v.get('count'))
-print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline, out {o/1e6:.1f} MB; {busy}')" 2>/dev/null)"
+print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline, out {o/1e6:.1f} MB; {busy}')
+open('$w/out-bytes', 'w').write(str(o // $n))" 2>/dev/null)"
       rm -rf $w/out-$label
     done
+    # ENCODE_IO=1: the file I/O alone on the same files (`bench io`: reads, and reads plus
+    # writes of the last row's mean output size), the ceiling those rows share.
+    if [ "${ENCODE_IO:-0}" = 1 ]; then
+      timeout 120 "$bin" bench io $w/in -o /dev/shm --threads "${ENCODE_IO_THREADS:-8,14,16}" \
+        --write-bytes "0,$(cat $w/out-bytes 2>/dev/null || echo 65536)" --rounds 3 2>&1 \
+        | sed "s/^/   io ${size}² x $n: /" | tee -a "$summary"
+    fi
   done
   rm -rf $w
 fi

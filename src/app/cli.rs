@@ -62,6 +62,9 @@ pub enum BenchCommand {
     /// GPU encoders (PNG: the fdeflate kernels and nvCOMP; JPEG: nvJPEG) against the CPU's:
     /// time, sustained rate, size, identical pixels / PSNR, and the Deflate streams' layout.
     GpuEncode(GpuEncodeArgs),
+    /// The file I/O every run pays, alone: N threads read each input whole and write an
+    /// output of a given size atomically, files/s (a ceiling for `run` on the same files).
+    Io(IoArgs),
 }
 
 #[derive(Debug, Args)]
@@ -273,6 +276,25 @@ pub struct EncodeArgs {
     /// Iterations per setting (the best is kept).
     #[arg(long, default_value_t = 10)]
     pub iters: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct IoArgs {
+    /// Folder of inputs (every file under it is read).
+    pub input: PathBuf,
+    /// Where to write (on the filesystem `run` would write to): a folder of the benchmark's
+    /// own is made in it and removed afterwards.
+    #[arg(short, long)]
+    pub out: PathBuf,
+    /// Thread counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,14,16")]
+    pub threads: Vec<usize>,
+    /// Bytes written per input (0: reads only).
+    #[arg(long, value_delimiter = ',', default_value = "0,65536")]
+    pub write_bytes: Vec<usize>,
+    /// Rounds per row (the fastest is kept).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
 }
 
 #[derive(Debug, Args)]

@@ -32,6 +32,7 @@ pub fn dispatch(cli: Cli, started: std::time::Instant) -> Result<i32, FatalError
         Command::Bench(BenchCommand::Listen(args)) => commands::bench_listen::execute(&args),
         Command::Bench(BenchCommand::Decode(args)) => commands::bench_decode::execute(&args),
         Command::Bench(BenchCommand::GpuEncode(args)) => commands::bench_gpu_encode::execute(&args),
+        Command::Bench(BenchCommand::Io(args)) => commands::bench_io::execute(&args),
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod bench_decode;
 pub mod bench_encode;
 pub mod bench_gpu_encode;
+pub mod bench_io;
 pub mod bench_listen;
 pub mod bench_transfer;
 pub mod inspect;

@@ -1,0 +1,193 @@
+//! `dicomflow bench io`: the file I/O that every run pays per slice, and nothing else. N
+//! threads read each input whole into a buffer of their own (as the loaders read pixels into
+//! slots) and, with a write size, write an output of that size the way `run` does
+//! (`output::atomic`: unnamed file, then its name). No parsing, rendering, encoding or
+//! hand-off between threads: its files/s is a ceiling for `run` on the same files, threads and
+//! filesystems, which tells a pipeline's overheads from the machine's limits.
+
+use std::fmt::Write as _;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use dicomflow::decode::probe::open_input_len;
+use dicomflow::error::FatalError;
+use dicomflow::output::atomic::{OutputFiles, SyncMode};
+
+/// Every regular file under `dir`, sorted.
+fn files_under(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("{}: {e}", d.display()))?;
+            let ft = entry
+                .file_type()
+                .map_err(|e| format!("{}: {e}", entry.path().display()))?;
+            if ft.is_dir() {
+                todo.push(entry.path());
+            } else if ft.is_file() {
+                out.push(entry.path());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// One round: `threads` threads share `files`; each reads a file whole and, when
+/// `write_bytes` > 0, writes that many bytes to `out/N.png`. Returns the seconds and the
+/// bytes read.
+fn round(
+    files: &[PathBuf],
+    threads: usize,
+    write_bytes: usize,
+    out: &Path,
+) -> Result<(f64, u64), String> {
+    let next = AtomicUsize::new(0);
+    let largest = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .max()
+        .unwrap_or(0) as usize;
+    let outputs = OutputFiles::new(SyncMode::Run);
+    let t0 = Instant::now();
+    let per_thread: Vec<Result<u64, String>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut buf = vec![0u8; largest];
+                    let written = vec![0x5au8; write_bytes];
+                    let mut read = 0u64;
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(path) = files.get(i) else {
+                            return Ok(read);
+                        };
+                        let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+                        let (file, len) = open_input_len(path).map_err(fail)?;
+                        let len = (len as usize).min(buf.len());
+                        file.read_exact_at(&mut buf[..len], 0).map_err(fail)?;
+                        read += len as u64;
+                        if write_bytes > 0 {
+                            outputs
+                                .write(&out.join(format!("{i}.png")), &written)
+                                .map_err(fail)?;
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let mut read = 0;
+    for r in per_thread {
+        read += r?;
+    }
+    Ok((secs, read))
+}
+
+/// The table: for each write size and thread count, the best of `rounds` rounds.
+pub fn io_table(
+    inputs: &Path,
+    out: &Path,
+    threads: &[usize],
+    write_bytes: &[usize],
+    rounds: usize,
+) -> Result<String, String> {
+    let files = files_under(inputs)?;
+    if files.is_empty() {
+        return Err(format!("no files under {}", inputs.display()));
+    }
+    // A folder of its own under `out`, the only thing removed.
+    let out = &out.join(format!("dicomflow-bench-io-{}", std::process::id()));
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} files under {}; outputs under {}; best of {} rounds",
+        files.len(),
+        inputs.display(),
+        out.display(),
+        rounds.max(1)
+    );
+    let _ = writeln!(
+        s,
+        "{:>8} {:>12} {:>12} {:>10} {:>16}",
+        "threads", "write bytes", "files/s", "read GB/s", "thread µs/file"
+    );
+    for &w in write_bytes {
+        for &t in threads {
+            let t = t.max(1);
+            let mut best: Option<(f64, u64)> = None;
+            for _ in 0..rounds.max(1) {
+                // Each round writes new names, as a first run does.
+                let _ = std::fs::remove_dir_all(out);
+                std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+                let r = round(&files, t, w, out)?;
+                if best.is_none_or(|b| r.0 < b.0) {
+                    best = Some(r);
+                }
+            }
+            let _ = std::fs::remove_dir_all(out);
+            if let Some((secs, read)) = best {
+                let rate = files.len() as f64 / secs;
+                let _ = writeln!(
+                    s,
+                    "{:>8} {:>12} {:>12.0} {:>10.1} {:>16.1}",
+                    t,
+                    w,
+                    rate,
+                    read as f64 / secs / 1e9,
+                    t as f64 / rate * 1e6
+                );
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// `dicomflow bench io`: prints the table.
+pub fn execute(a: &crate::app::cli::IoArgs) -> Result<i32, FatalError> {
+    let table = io_table(&a.input, &a.out, &a.threads, &a.write_bytes, a.rounds)
+        .map_err(FatalError::Other)?;
+    crate::app::print::out(&table)
+        .map_err(|e| FatalError::Other(format!("writing to stdout: {e}")))?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_is_read_whole_and_outputs_are_written_then_removed() {
+        let dir = std::env::temp_dir().join(format!("dicomflow-bench-io-{}", std::process::id()));
+        let (inputs, out) = (dir.join("in"), dir.join("out"));
+        std::fs::create_dir_all(inputs.join("sub")).unwrap();
+        std::fs::write(inputs.join("a"), vec![1u8; 1000]).unwrap();
+        std::fs::write(inputs.join("sub/b"), vec![2u8; 3000]).unwrap();
+        let files = files_under(&inputs).unwrap();
+        assert_eq!(files.len(), 2);
+        std::fs::create_dir_all(&out).unwrap();
+        let (_, read) = round(&files, 3, 10, &out).unwrap();
+        assert_eq!(read, 4000);
+        assert_eq!(std::fs::read(out.join("1.png")).unwrap(), vec![0x5a; 10]);
+        let table = io_table(&inputs, &out, &[1, 2], &[0, 10], 2).unwrap();
+        assert_eq!(table.lines().count(), 2 + 4, "{table}");
+        let mut left: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["0.png", "1.png"], "only its own folder is removed");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
