@@ -176,7 +176,7 @@ open('$w/out-bytes', 'w').write(str(o // $n))" 2>/dev/null)"
     # ENCODE_IO=1: the file I/O alone on the same files (`bench io`: reads, and reads plus
     # writes of the last row's mean output size), the ceiling those rows share.
     if [ "${ENCODE_IO:-0}" = 1 ]; then
-      timeout 120 "$bin" bench io $w/in -o /dev/shm --threads "${ENCODE_IO_THREADS:-8,14,16}" \
+      timeout 120 "$bin" bench io $w/in -o /dev/shm --threads "${ENCODE_IO_THREADS:-8,14,16}" --buffers "${ENCODE_IO_BUFFERS:-4}" \
         --write-bytes "0,$(cat $w/out-bytes 2>/dev/null || echo 65536)" --rounds 3 2>&1 \
         | sed "s/^/   io ${size}² x $n: /" | tee -a "$summary"
     fi

@@ -289,6 +289,10 @@ pub struct IoArgs {
     /// Thread counts.
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,14,16")]
     pub threads: Vec<usize>,
+    /// Buffers per thread, read into in turn (several: destinations out of the caches, as a
+    /// ring's slots are).
+    #[arg(long, default_value_t = 1)]
+    pub buffers: usize,
     /// Bytes written per input (0: reads only).
     #[arg(long, value_delimiter = ',', default_value = "0,65536")]
     pub write_bytes: Vec<usize>,

@@ -37,12 +37,14 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-/// One round: `threads` threads share `files`; each reads a file whole and, when
-/// `write_bytes` > 0, writes that many bytes to `out/N.png`. Returns the seconds and the
+/// One round: `threads` threads share `files`; each reads a file whole into the next of its
+/// `buffers` buffers (several: destinations that left the caches, as a ring's slots have) and,
+/// when `write_bytes` > 0, writes that many bytes to `out/N.png`. Returns the seconds and the
 /// bytes read.
 fn round(
     files: &[PathBuf],
     threads: usize,
+    buffers: usize,
     write_bytes: usize,
     out: &Path,
 ) -> Result<(f64, u64), String> {
@@ -54,19 +56,26 @@ fn round(
         .max()
         .unwrap_or(0) as usize;
     let outputs = OutputFiles::new(SyncMode::Run);
+    // Written before the clock starts, so that no read pays for faulting its buffer in.
+    let rings: Vec<Vec<Vec<u8>>> = (0..threads)
+        .map(|_| (0..buffers.max(1)).map(|_| vec![1u8; largest]).collect())
+        .collect();
     let t0 = Instant::now();
     let per_thread: Vec<Result<u64, String>> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut buf = vec![0u8; largest];
+        let workers: Vec<_> = rings
+            .into_iter()
+            .map(|mut ring| {
+                let (next, outputs) = (&next, &outputs);
+                s.spawn(move || {
                     let written = vec![0x5au8; write_bytes];
                     let mut read = 0u64;
-                    loop {
+                    for n in 0.. {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(path) = files.get(i) else {
-                            return Ok(read);
+                            break;
                         };
+                        let slots = ring.len();
+                        let buf = &mut ring[n % slots];
                         let fail = |e: std::io::Error| format!("{}: {e}", path.display());
                         let (file, len) = open_input_len(path).map_err(fail)?;
                         let len = (len as usize).min(buf.len());
@@ -78,6 +87,7 @@ fn round(
                                 .map_err(fail)?;
                         }
                     }
+                    Ok(read)
                 })
             })
             .collect();
@@ -99,6 +109,7 @@ pub fn io_table(
     inputs: &Path,
     out: &Path,
     threads: &[usize],
+    buffers: usize,
     write_bytes: &[usize],
     rounds: usize,
 ) -> Result<String, String> {
@@ -111,10 +122,11 @@ pub fn io_table(
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} files under {}; outputs under {}; best of {} rounds",
+        "{} files under {}; outputs under {}; {} buffer(s) per thread; best of {} rounds",
         files.len(),
         inputs.display(),
         out.display(),
+        buffers.max(1),
         rounds.max(1)
     );
     let _ = writeln!(
@@ -130,7 +142,7 @@ pub fn io_table(
                 // Each round writes new names, as a first run does.
                 let _ = std::fs::remove_dir_all(out);
                 std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-                let r = round(&files, t, w, out)?;
+                let r = round(&files, t, buffers, w, out)?;
                 if best.is_none_or(|b| r.0 < b.0) {
                     best = Some(r);
                 }
@@ -155,8 +167,15 @@ pub fn io_table(
 
 /// `dicomflow bench io`: prints the table.
 pub fn execute(a: &crate::app::cli::IoArgs) -> Result<i32, FatalError> {
-    let table = io_table(&a.input, &a.out, &a.threads, &a.write_bytes, a.rounds)
-        .map_err(FatalError::Other)?;
+    let table = io_table(
+        &a.input,
+        &a.out,
+        &a.threads,
+        a.buffers,
+        &a.write_bytes,
+        a.rounds,
+    )
+    .map_err(FatalError::Other)?;
     crate::app::print::out(&table)
         .map_err(|e| FatalError::Other(format!("writing to stdout: {e}")))?;
     Ok(0)
@@ -176,10 +195,10 @@ mod tests {
         let files = files_under(&inputs).unwrap();
         assert_eq!(files.len(), 2);
         std::fs::create_dir_all(&out).unwrap();
-        let (_, read) = round(&files, 3, 10, &out).unwrap();
+        let (_, read) = round(&files, 3, 2, 10, &out).unwrap();
         assert_eq!(read, 4000);
         assert_eq!(std::fs::read(out.join("1.png")).unwrap(), vec![0x5a; 10]);
-        let table = io_table(&inputs, &out, &[1, 2], &[0, 10], 2).unwrap();
+        let table = io_table(&inputs, &out, &[1, 2], 3, &[0, 10], 2).unwrap();
         assert_eq!(table.lines().count(), 2 + 4, "{table}");
         let mut left: Vec<_> = std::fs::read_dir(&out)
             .unwrap()
