@@ -293,6 +293,10 @@ pub struct IoArgs {
     /// ring's slots are).
     #[arg(long, default_value_t = 1)]
     pub buffers: usize,
+    /// Read through a small buffer and streaming stores, as `run` reads frames of 3 MiB and
+    /// more (whatever the size here).
+    #[arg(long)]
+    pub streaming: bool,
     /// Bytes written per input (0: reads only).
     #[arg(long, value_delimiter = ',', default_value = "0,65536")]
     pub write_bytes: Vec<usize>,

@@ -104,7 +104,9 @@ impl Located {
         let (first_bit, end_bit) = (frame as u64 * bits, (frame as u64 + 1) * bits);
         let (start, end) = (first_bit / 8, end_bit.div_ceil(8));
         if !packed && !self.swap_words {
-            self.file.read_exact_at(dst, self.offset + start)?;
+            // Slots are out of the caches: large frames go through `scratch` and streaming
+            // stores (see `memory::streaming`).
+            crate::memory::streaming::read_exact_at(&self.file, dst, self.offset + start, scratch)?;
         } else if !packed && start % 2 == 0 && end % 2 == 0 {
             self.file.read_exact_at(dst, self.offset + start)?;
             swap_words(dst);

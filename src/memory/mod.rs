@@ -5,6 +5,8 @@
 //! for the CPU backend, mapped page-locked memory for the CUDA backend (whose device pointer the
 //! kernels use directly).
 
+pub mod streaming;
+
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use dicomflow::decode::probe::open_input_len;
 use dicomflow::error::FatalError;
+use dicomflow::memory::streaming::read_streamed;
 use dicomflow::output::atomic::{OutputFiles, SyncMode};
 
 /// Every regular file under `dir`, sorted.
@@ -38,13 +39,15 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 /// One round: `threads` threads share `files`; each reads a file whole into the next of its
-/// `buffers` buffers (several: destinations that left the caches, as a ring's slots have) and,
+/// `buffers` buffers (several: destinations that left the caches, as a ring's slots have),
+/// with `streaming` through a small buffer and streaming stores (`memory::streaming`), and,
 /// when `write_bytes` > 0, writes that many bytes to `out/N.png`. Returns the seconds and the
 /// bytes read.
 fn round(
     files: &[PathBuf],
     threads: usize,
     buffers: usize,
+    streaming: bool,
     write_bytes: usize,
     out: &Path,
 ) -> Result<(f64, u64), String> {
@@ -68,6 +71,7 @@ fn round(
                 let (next, outputs) = (&next, &outputs);
                 s.spawn(move || {
                     let written = vec![0x5au8; write_bytes];
+                    let mut bounce = Vec::new();
                     let mut read = 0u64;
                     for n in 0.. {
                         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -79,7 +83,11 @@ fn round(
                         let fail = |e: std::io::Error| format!("{}: {e}", path.display());
                         let (file, len) = open_input_len(path).map_err(fail)?;
                         let len = (len as usize).min(buf.len());
-                        file.read_exact_at(&mut buf[..len], 0).map_err(fail)?;
+                        if streaming {
+                            read_streamed(&file, &mut buf[..len], 0, &mut bounce).map_err(fail)?;
+                        } else {
+                            file.read_exact_at(&mut buf[..len], 0).map_err(fail)?;
+                        }
                         read += len as u64;
                         if write_bytes > 0 {
                             outputs
@@ -110,6 +118,7 @@ pub fn io_table(
     out: &Path,
     threads: &[usize],
     buffers: usize,
+    streaming: bool,
     write_bytes: &[usize],
     rounds: usize,
 ) -> Result<String, String> {
@@ -122,11 +131,16 @@ pub fn io_table(
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} files under {}; outputs under {}; {} buffer(s) per thread; best of {} rounds",
+        "{} files under {}; outputs under {}; {} buffer(s) per thread; {}; best of {} rounds",
         files.len(),
         inputs.display(),
         out.display(),
         buffers.max(1),
+        if streaming {
+            "streamed reads"
+        } else {
+            "plain reads"
+        },
         rounds.max(1)
     );
     let _ = writeln!(
@@ -142,7 +156,7 @@ pub fn io_table(
                 // Each round writes new names, as a first run does.
                 let _ = std::fs::remove_dir_all(out);
                 std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-                let r = round(&files, t, buffers, w, out)?;
+                let r = round(&files, t, buffers, streaming, w, out)?;
                 if best.is_none_or(|b| r.0 < b.0) {
                     best = Some(r);
                 }
@@ -172,6 +186,7 @@ pub fn execute(a: &crate::app::cli::IoArgs) -> Result<i32, FatalError> {
         &a.out,
         &a.threads,
         a.buffers,
+        a.streaming,
         &a.write_bytes,
         a.rounds,
     )
@@ -195,10 +210,11 @@ mod tests {
         let files = files_under(&inputs).unwrap();
         assert_eq!(files.len(), 2);
         std::fs::create_dir_all(&out).unwrap();
-        let (_, read) = round(&files, 3, 2, 10, &out).unwrap();
+        let (_, read) = round(&files, 3, 2, false, 10, &out).unwrap();
+        assert_eq!(round(&files, 2, 1, true, 0, &out).unwrap().1, 4000);
         assert_eq!(read, 4000);
         assert_eq!(std::fs::read(out.join("1.png")).unwrap(), vec![0x5a; 10]);
-        let table = io_table(&inputs, &out, &[1, 2], 3, &[0, 10], 2).unwrap();
+        let table = io_table(&inputs, &out, &[1, 2], 3, true, &[0, 10], 2).unwrap();
         assert_eq!(table.lines().count(), 2 + 4, "{table}");
         let mut left: Vec<_> = std::fs::read_dir(&out)
             .unwrap()
