@@ -161,7 +161,11 @@ if want encode; then
     for cfg in "${cfgs[@]}"; do
       label=${cfg%%:*}; args=${cfg#*:}
       # A label starting with "base-" runs the earlier build (STAGE/dicomflow-*.xz).
-      exe=$bin; [[ $label == base-* && -n $base ]] && exe=$base
+      exe=$bin
+      if [[ $label == base-* ]]; then
+        [ -n "$base" ] || { say "   encode ${size}² x $n $label: skipped, no earlier build in the stage"; continue; }
+        exe=$base
+      fi
       rm -f $w/r.json; t0=$(date +%s.%N)
       timeout 120 "$exe" run $w/in -o $w/out-$label $args --no-tui -q --report $w/r.json > /dev/null 2>&1
       rc=$?; t1=$(date +%s.%N)

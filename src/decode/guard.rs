@@ -292,10 +292,11 @@ pub fn check_structure(path: &Path, kind: &Probe, max_pixel_bytes: u64) -> Resul
 }
 
 /// [`check_structure`] on a file of `len` bytes that the caller opened (with
-/// [`super::probe::open_input_len`]) and goes on reading: the header parse and the pixels
-/// then come from the same open file (one open per input instead of three, and the same inode
-/// even if the path is replaced meanwhile). Positioned reads only: the file's offset stays
-/// where it was.
+/// [`super::probe::open_input_len`]) and goes on reading: for files with file meta, the
+/// header parse and native pixels then come from the same open file (one open per input
+/// instead of three, and the inode that was checked). Compressed, deflated and bare data sets
+/// and the full-parse fallback still open the path again, as before. Positioned reads only:
+/// the file's offset stays where it was.
 pub fn check_opened(
     file: &File,
     len: u64,

@@ -55,19 +55,26 @@ pub fn read_streamed(
         bounce.resize(CHUNK, 0);
     }
     let mut done = 0usize;
+    let mut result = Ok(());
     while done < dst.len() {
         let n = (dst.len() - done).min(CHUNK);
-        file.read_exact_at(&mut bounce[..n], offset + done as u64)?;
+        result = file.read_exact_at(&mut bounce[..n], offset + done as u64);
+        if result.is_err() {
+            break;
+        }
         copy_streaming(&bounce[..n], &mut dst[done..done + n]);
         done += n;
     }
+    // On every way out, the error included: a failed read's slot goes back to the ring and
+    // another thread writes it next.
     fence();
-    Ok(())
+    result
 }
 
 /// Copies `src` into `dst` (the same length) with streaming stores where the CPU has them;
-/// [`fence`] must follow before another thread or a device reads `dst`.
-pub fn copy_streaming(src: &[u8], dst: &mut [u8]) {
+/// [`fence`] must follow before another thread or a device reads `dst` (private for that
+/// reason: [`read_streamed`] fences on every way out).
+fn copy_streaming(src: &[u8], dst: &mut [u8]) {
     debug_assert_eq!(src.len(), dst.len());
     let len = src.len().min(dst.len());
     #[cfg(target_arch = "x86_64")]

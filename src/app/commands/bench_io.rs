@@ -126,8 +126,32 @@ pub fn io_table(
     if files.is_empty() {
         return Err(format!("no files under {}", inputs.display()));
     }
-    // A folder of its own under `out`, the only thing removed.
+    let largest = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .max()
+        .unwrap_or(0);
+    let most = threads.iter().max().copied().unwrap_or(1).max(1) as u64;
+    let buffer_bytes = most * buffers.max(1) as u64 * largest;
+    if buffer_bytes > MAX_BUFFER_BYTES {
+        return Err(format!(
+            "{most} threads x {} buffers x {largest} bytes (the largest input) is {} MiB of \
+             buffers, more than the {} MiB this benchmark allows: fewer threads or buffers, or \
+             smaller inputs",
+            buffers.max(1),
+            buffer_bytes >> 20,
+            MAX_BUFFER_BYTES >> 20
+        ));
+    }
+    // A folder of its own under `out` (which must exist), made here: the only thing removed.
     let out = &out.join(format!("dicomflow-bench-io-{}", std::process::id()));
+    std::fs::create_dir(out).map_err(|e| {
+        format!(
+            "{}: {e} (a folder of this name is left from an earlier run? remove it)",
+            out.display()
+        )
+    })?;
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -154,14 +178,21 @@ pub fn io_table(
             let mut best: Option<(f64, u64)> = None;
             for _ in 0..rounds.max(1) {
                 // Each round writes new names, as a first run does.
-                let _ = std::fs::remove_dir_all(out);
-                std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-                let r = round(&files, t, buffers, streaming, w, out)?;
+                let emptied = std::fs::remove_dir_all(out).and_then(|()| std::fs::create_dir(out));
+                let r = emptied
+                    .map_err(|e| format!("{}: {e}", out.display()))
+                    .and_then(|()| round(&files, t, buffers, streaming, w, out));
+                let r = match r {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = std::fs::remove_dir_all(out);
+                        return Err(e);
+                    }
+                };
                 if best.is_none_or(|b| r.0 < b.0) {
                     best = Some(r);
                 }
             }
-            let _ = std::fs::remove_dir_all(out);
             if let Some((secs, read)) = best {
                 let rate = files.len() as f64 / secs;
                 let _ = writeln!(
@@ -176,8 +207,12 @@ pub fn io_table(
             }
         }
     }
+    let _ = std::fs::remove_dir_all(out);
     Ok(s)
 }
+
+/// The most buffer memory a table may take (threads × buffers × the largest input).
+const MAX_BUFFER_BYTES: u64 = 16 << 30;
 
 /// `dicomflow bench io`: prints the table.
 pub fn execute(a: &crate::app::cli::IoArgs) -> Result<i32, FatalError> {
@@ -223,6 +258,16 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, ["0.png", "1.png"], "only its own folder is removed");
+        // A folder of its name already there (another run's, or anyone's) is refused, kept.
+        let own = out.join(format!("dicomflow-bench-io-{}", std::process::id()));
+        std::fs::create_dir(&own).unwrap();
+        std::fs::write(own.join("keep"), b"x").unwrap();
+        let e = io_table(&inputs, &out, &[1], 1, false, &[0], 1).unwrap_err();
+        assert!(e.contains("earlier run"), "{e}");
+        assert!(own.join("keep").exists());
+        // Buffers beyond the cap are refused before anything is allocated.
+        let e = io_table(&inputs, &out, &[1 << 20], 1 << 10, false, &[0], 1).unwrap_err();
+        assert!(e.contains("MiB of buffers"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
