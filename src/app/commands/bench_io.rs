@@ -41,10 +41,11 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>, String> {
 /// One round: `threads` threads share `files`; each reads a file whole into the next of its
 /// `buffers` buffers (several: destinations that left the caches, as a ring's slots have),
 /// with `streaming` through a small buffer and streaming stores (`memory::streaming`), and,
-/// when `write_bytes` > 0, writes that many bytes to `out/N.png`. Returns the seconds and the
-/// bytes read.
+/// when `write_bytes` > 0, writes that many bytes to `out/N.png`. Buffers hold `largest` bytes
+/// (the largest input). Returns the seconds and the bytes read.
 fn round(
     files: &[PathBuf],
+    largest: usize,
     threads: usize,
     buffers: usize,
     streaming: bool,
@@ -52,12 +53,6 @@ fn round(
     out: &Path,
 ) -> Result<(f64, u64), String> {
     let next = AtomicUsize::new(0);
-    let largest = files
-        .iter()
-        .filter_map(|f| std::fs::metadata(f).ok())
-        .map(|m| m.len())
-        .max()
-        .unwrap_or(0) as usize;
     let outputs = OutputFiles::new(SyncMode::Run);
     // Written before the clock starts, so that no read pays for faulting its buffer in.
     let rings: Vec<Vec<Vec<u8>>> = (0..threads)
@@ -146,11 +141,11 @@ pub fn io_table(
     }
     // A folder of its own under `out` (which must exist), made here: the only thing removed.
     let out = &out.join(format!("dicomflow-bench-io-{}", std::process::id()));
-    std::fs::create_dir(out).map_err(|e| {
-        format!(
-            "{}: {e} (a folder of this name is left from an earlier run? remove it)",
-            out.display()
-        )
+    std::fs::create_dir(out).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => {
+            format!("{}: {e} (left by an earlier run? remove it)", out.display())
+        }
+        _ => format!("{}: {e} (-o names a folder that must exist)", out.display()),
     })?;
     let mut s = String::new();
     let _ = writeln!(
@@ -181,7 +176,7 @@ pub fn io_table(
                 let emptied = std::fs::remove_dir_all(out).and_then(|()| std::fs::create_dir(out));
                 let r = emptied
                     .map_err(|e| format!("{}: {e}", out.display()))
-                    .and_then(|()| round(&files, t, buffers, streaming, w, out));
+                    .and_then(|()| round(&files, largest as usize, t, buffers, streaming, w, out));
                 let r = match r {
                     Ok(r) => r,
                     Err(e) => {
@@ -245,8 +240,8 @@ mod tests {
         let files = files_under(&inputs).unwrap();
         assert_eq!(files.len(), 2);
         std::fs::create_dir_all(&out).unwrap();
-        let (_, read) = round(&files, 3, 2, false, 10, &out).unwrap();
-        assert_eq!(round(&files, 2, 1, true, 0, &out).unwrap().1, 4000);
+        let (_, read) = round(&files, 3000, 3, 2, false, 10, &out).unwrap();
+        assert_eq!(round(&files, 3000, 2, 1, true, 0, &out).unwrap().1, 4000);
         assert_eq!(read, 4000);
         assert_eq!(std::fs::read(out.join("1.png")).unwrap(), vec![0x5a; 10]);
         let table = io_table(&inputs, &out, &[1, 2], 3, true, &[0, 10], 2).unwrap();
