@@ -84,6 +84,9 @@ pub struct OutputWish {
     /// With `gpu.decode_start = "cpu"`: why nvJPEG is not worth starting for this job (too
     /// little input: the CPU decodes all of it), or `None` to start it.
     pub nvjpeg_start_skipped: Option<String>,
+    /// Batches of room per render worker in the ring ([`Backend::ring_batches`]): 2 for small
+    /// uncompressed first frames whose PNG the GPU compresses, 1 otherwise.
+    pub ring_batches: usize,
 }
 
 impl Default for OutputWish {
@@ -95,6 +98,7 @@ impl Default for OutputWish {
             first_frame_decoded_in_batches: false,
             first_frame_codec: None,
             nvjpeg_start_skipped: None,
+            ring_batches: 1,
         }
     }
 }
@@ -208,6 +212,12 @@ pub trait Backend: Send + Sync {
     /// The most frames a render worker takes in one [`RenderWorker::render_batch`] call (the
     /// ring needs that many slots per worker, and one more for the frame being loaded).
     fn frames_per_call(&self) -> usize {
+        1
+    }
+    /// How many calls' worth of frames ([`frames_per_call`](Self::frames_per_call)) the ring
+    /// holds per render worker: 1, or 2 where a worker's batch is quick and its frames small,
+    /// so that the next batch is loaded while one is on the GPU (`OutputWish::ring_batches`).
+    fn ring_batches(&self) -> usize {
         1
     }
 }

@@ -32,6 +32,8 @@ pub struct WarmStart {
     /// What the CUDA backend's workers will take per call (the ring is sized before CUDA is
     /// ready).
     frames_per_call: usize,
+    /// [`Backend::ring_batches`], decided as [`CudaBackend`] will.
+    ring_batches: usize,
     cpu_frames: Arc<AtomicU64>,
 }
 
@@ -79,6 +81,7 @@ impl WarmStart {
             stats,
             workers,
             frames_per_call: super::cuda::frames_per_call_for(gpu, wish),
+            ring_batches: wish.ring_batches.max(1),
             cpu_frames: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -140,6 +143,10 @@ impl Backend for WarmStart {
 
     fn frames_per_call(&self) -> usize {
         self.frames_per_call
+    }
+
+    fn ring_batches(&self) -> usize {
+        self.ring_batches
     }
 
     fn attach_stats(&self, stats: Arc<Stats>) {

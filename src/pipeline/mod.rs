@@ -46,16 +46,25 @@ pub struct Sizing {
 impl Sizing {
     /// The options, with zeros replaced by defaults derived from the core count.
     pub fn of(opts: &PipelineOptions, backend: &dyn Backend) -> Sizing {
-        Sizing::with_workers(opts, backend.default_workers())
-            .with_frames_per_call(opts, backend.frames_per_call())
+        Sizing::with_workers(opts, backend.default_workers()).with_frames_per_call(
+            opts,
+            backend.frames_per_call(),
+            backend.ring_batches(),
+        )
     }
 
     /// Room in the ring for render workers that take `per_call` frames per call: each holds
     /// that many slots, and one more fills meanwhile (two per worker already counted), or its
-    /// batches could never form. A slot count the user set stays.
-    fn with_frames_per_call(mut self, opts: &PipelineOptions, per_call: usize) -> Sizing {
+    /// batches could never form; with `batches` 2, a whole second batch per worker waits
+    /// loaded while the first is on the GPU. A slot count the user set stays.
+    fn with_frames_per_call(
+        mut self,
+        opts: &PipelineOptions,
+        per_call: usize,
+        batches: usize,
+    ) -> Sizing {
         if opts.slots == 0 && per_call > 1 {
-            self.slots += self.workers * (per_call - 1);
+            self.slots += self.workers * (batches.max(1) * per_call - 1);
         }
         self
     }
@@ -528,15 +537,19 @@ mod tests {
         assert_eq!(sizes(&auto, 4, 4), (true, 0, 4, 2, 12));
         // Workers that batch 8 frames per call (GPU PNG) hold 9 slots each: 8 workers beside
         // 8 writers, 8 + 2 × 8 + 2 slots and 7 more per worker.
-        let batched = Sizing::on_cores(&auto, 8, 16).with_frames_per_call(&auto, 8);
+        let batched = Sizing::on_cores(&auto, 8, 16).with_frames_per_call(&auto, 8, 1);
         assert_eq!(batched.slots, 8 + 2 * 8 + 2 + 8 * 7);
+        // Room for two batches (small frames the GPU compresses): 4 workers of 16 beside 12
+        // threads, 12 + 2 × 4 + 2 slots and 31 more per worker.
+        let two = Sizing::on_cores(&auto, 4, 16).with_frames_per_call(&auto, 16, 2);
+        assert_eq!(two.slots, 12 + 2 * 4 + 2 + 4 * 31);
         let set = PipelineOptions {
             slots: 30,
             ..PipelineOptions::default()
         };
         assert_eq!(
             Sizing::on_cores(&set, 8, 16)
-                .with_frames_per_call(&set, 8)
+                .with_frames_per_call(&set, 8, 1)
                 .slots,
             30
         );

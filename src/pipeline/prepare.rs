@@ -66,6 +66,7 @@ pub fn select_backend_for(
     let jpeg2000_tuned = with_decode_streams(options, &first);
     let jpeg2000_on_gpu = jpeg2000_tuned.is_some();
     let tuned = jpeg2000_tuned.or_else(|| with_encode_streams(options, &first, &wish));
+    wish.ring_batches = ring_batches(options, &first, &wish);
     let options = tuned.as_ref().unwrap_or(options);
     if options.choice != BackendChoice::Cpu {
         // Before any CUDA context exists (the driver reads it then).
@@ -79,7 +80,8 @@ pub fn select_backend_for(
             // flow (H200, 1000 × 512² JPEG lossless: 62 slots for nvJPEG's batches took
             // 618 ms of the loaders' time when made on demand).
             let per_call = crate::backend::cuda::frames_per_call_for(&options.gpu, &wish);
-            let hint = move |workers: usize| first.slot_hint(workers, per_call);
+            let batches = wish.ring_batches;
+            let hint = move |workers: usize| first.slot_hint(workers, per_call, batches);
             CudaBackend::new_prepared(
                 &options.gpu,
                 &wish,
@@ -144,6 +146,7 @@ pub fn output_wish(output: &OutputOptions) -> OutputWish {
         first_frame_decoded_in_batches: false,
         first_frame_codec: None,
         nvjpeg_start_skipped: None,
+        ring_batches: 1,
     }
 }
 
@@ -239,8 +242,8 @@ impl<'a> FirstFile<'a> {
     }
 
     /// Slots for its frames, for a ring beside `workers` render workers that take up to
-    /// `per_call` frames per call.
-    fn slot_hint(&self, workers: usize, per_call: usize) -> Option<SlotHint> {
+    /// `per_call` frames per call, with room for `batches` calls each.
+    fn slot_hint(&self, workers: usize, per_call: usize, batches: usize) -> Option<SlotHint> {
         let info = self.info()?;
         // The output holds what the operators make of the frame (e.g. a resize), not the
         // frame.
@@ -248,7 +251,7 @@ impl<'a> FirstFile<'a> {
             .map(|p| p.output_capacity() as u64)
             .unwrap_or(info.output_capacity());
         Some(SlotHint {
-            count: slots_beside(&self.job.pipeline, workers, per_call),
+            count: slots_beside(&self.job.pipeline, workers, per_call, batches),
             input: round_up(info.frame_bytes() as usize),
             output: round_up(output as usize),
         })
@@ -277,7 +280,7 @@ impl<'a> FirstFile<'a> {
 /// beside `workers` render workers; `None` when there is none or it cannot be read (the
 /// pipeline then reports it as usual).
 pub fn first_file_slot_hint(job: &Job, inputs: &[PathBuf], workers: usize) -> Option<SlotHint> {
-    FirstFile::new(job, inputs).slot_hint(workers, 1)
+    FirstFile::new(job, inputs).slot_hint(workers, 1, 1)
 }
 
 /// The header of the first DICOM file found under `inputs`; `None` when there is none or it
@@ -346,32 +349,11 @@ fn with_encode_streams(
     first: &FirstFile,
     wish: &OutputWish,
 ) -> Option<BackendOptions> {
-    use crate::backend::cuda::encode::PngEffort;
     let gpu = &options.gpu;
-    let fast_png = matches!(
-        wish.gpu_encode,
-        Ok(GpuEncodeWish::Png {
-            effort: PngEffort::Fast,
-            ..
-        })
-    );
-    if options.choice == BackendChoice::Cpu
-        || gpu.encode == GpuEncodeChoice::Cpu
-        || !fast_png
-        || gpu.encode_streams <= gpu.streams
-        || first.inputs.is_empty()
-    {
+    if gpu.encode_streams <= gpu.streams {
         return None;
     }
-    let info = first.info()?;
-    if !crate::decode::is_native(&info.transfer_syntax) {
-        return None;
-    }
-    // The larger of what is read and what is written: a 2000² slice resized to 512² still
-    // costs its 8 MB read, the bound at 2000².
-    let pixels = first
-        .frame_pixels()?
-        .max(u64::from(info.rows) * u64::from(info.cols));
+    let pixels = gpu_fast_png_frame_pixels(options, first, wish)?;
     if pixels > SMALL_FRAME_PIXELS {
         return None;
     }
@@ -385,9 +367,64 @@ fn with_encode_streams(
     Some(tuned)
 }
 
-fn slots_beside(opts: &PipelineOptions, workers: usize, per_call: usize) -> usize {
+/// The largest first frame (pixels read or written) given room for two batches per render
+/// worker in the ring ([`ring_batches`]): 512², where it was measured.
+pub const RING_SMALL_FRAME_PIXELS: u64 = 512 * 512;
+
+/// Batches of room per render worker in the ring (`OutputWish::ring_batches`): 2 when the GPU
+/// compresses the fast PNG of a small uncompressed first frame (at most
+/// [`RING_SMALL_FRAME_PIXELS`]), 1 otherwise. Such a frame's GPU work is short (a call of 16
+/// slices of 512² takes 1.1–1.4 ms on the H200), and with room for one batch per worker the
+/// workers waited for slots: in a 4000 × 512² trace every slot was in flight while the four
+/// workers were 72–78 % busy, and 160 slots instead of 82 kept a full batch waiting for each
+/// (session 25: 16 000 × 512², 33 713 / 36 438 against 29 400 / 31 582 slices/s; session 24,
+/// call 3: +22–26 % past the first round). At 1024² it gained nothing, so larger frames keep one
+/// batch.
+fn ring_batches(options: &BackendOptions, first: &FirstFile, wish: &OutputWish) -> usize {
+    match gpu_fast_png_frame_pixels(options, first, wish) {
+        Some(pixels) if pixels <= RING_SMALL_FRAME_PIXELS => 2,
+        _ => 1,
+    }
+}
+
+/// The first frame's pixels (the larger of those read and those written: a 2000² slice resized
+/// to 512² still costs its 8 MB read, the bound at 2000²) when the GPU will compress fast PNG
+/// (`gpu.encode` not "cpu") and the first file is stored natively; `None` otherwise. Compressed
+/// first files are bound by their decoders, not by the render workers.
+fn gpu_fast_png_frame_pixels(
+    options: &BackendOptions,
+    first: &FirstFile,
+    wish: &OutputWish,
+) -> Option<u64> {
+    use crate::backend::cuda::encode::PngEffort;
+    let fast_png = matches!(
+        wish.gpu_encode,
+        Ok(GpuEncodeWish::Png {
+            effort: PngEffort::Fast,
+            ..
+        })
+    );
+    if options.choice == BackendChoice::Cpu
+        || options.gpu.encode == GpuEncodeChoice::Cpu
+        || !fast_png
+        || first.inputs.is_empty()
+    {
+        return None;
+    }
+    let info = first.info()?;
+    if !crate::decode::is_native(&info.transfer_syntax) {
+        return None;
+    }
+    Some(
+        first
+            .frame_pixels()?
+            .max(u64::from(info.rows) * u64::from(info.cols)),
+    )
+}
+
+fn slots_beside(opts: &PipelineOptions, workers: usize, per_call: usize, batches: usize) -> usize {
     Sizing::with_workers(opts, workers)
-        .with_frames_per_call(opts, per_call)
+        .with_frames_per_call(opts, per_call, batches)
         .slots
 }
 
@@ -488,6 +525,25 @@ mod tests {
         };
         assert_eq!(streams(&defaults, &resized(1024, 1024), &png), Some(4));
         assert_eq!(streams(&defaults, &resized(1025, 1024), &png), None);
+
+        // Room for two batches per worker: the same frames up to 512² only.
+        let batches = |options: &BackendOptions, job: &Job, wish: &OutputWish| {
+            ring_batches(options, &FirstFile::new(job, inputs), wish)
+        };
+        assert_eq!(batches(&defaults, &job, &png), 2);
+        assert_eq!(batches(&defaults, &resized(512, 512), &png), 2);
+        assert_eq!(batches(&defaults, &resized(513, 512), &png), 1);
+        // Whatever the streams (the rule is about the ring, not the workers' count).
+        assert_eq!(batches(&more, &job, &png), 2);
+        for (options, wish) in [
+            (&cpu_encode, &png),
+            (&cpu, &png),
+            (&defaults, &jpeg),
+            (&defaults, &balanced),
+        ] {
+            assert_eq!(batches(options, &job, wish), 1);
+        }
+        assert_eq!(ring_batches(&defaults, &FirstFile::new(&job, &[]), &png), 1);
         std::fs::remove_dir_all(&dir).unwrap();
 
         // A 1100² input resized down to 256², and a compressed (RLE) 64² input, keep theirs.
@@ -495,6 +551,7 @@ mod tests {
         let down = resized(256, 256);
         let first = FirstFile::new(&down, std::slice::from_ref(&large));
         assert!(with_encode_streams(&defaults, &first, &png).is_none());
+        assert_eq!(ring_batches(&defaults, &first, &png), 1);
         std::fs::remove_dir_all(&large).unwrap();
         let rle = crate::scratch_dir("encode-streams-rle");
         let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -503,6 +560,7 @@ mod tests {
         let first = FirstFile::new(&job, std::slice::from_ref(&rle));
         assert!(first.info().is_some());
         assert!(with_encode_streams(&defaults, &first, &png).is_none());
+        assert_eq!(ring_batches(&defaults, &first, &png), 1);
         std::fs::remove_dir_all(&rle).unwrap();
     }
 
@@ -553,8 +611,11 @@ mod tests {
         assert_eq!(hint.count, 1 + 2 * 3 + 2 + 2);
         // Workers that take 32 frames per call (nvJPEG's batches) hold 31 more slots each:
         // the hint faults them in too.
-        let batched = FirstFile::new(&job, std::slice::from_ref(&dir)).slot_hint(3, 32);
+        let batched = FirstFile::new(&job, std::slice::from_ref(&dir)).slot_hint(3, 32, 1);
         assert_eq!(batched.map(|h| h.count), Some(hint.count + 3 * 31));
+        // Room for two batches of 16 (small frames the GPU compresses): 31 more each.
+        let two = FirstFile::new(&job, std::slice::from_ref(&dir)).slot_hint(3, 16, 2);
+        assert_eq!(two.map(|h| h.count), Some(hint.count + 3 * 31));
 
         // Operators size the output: a resize to 300x200 needs that many pixels per slot.
         let resized = Job {
@@ -590,7 +651,7 @@ mod tests {
         std::fs::rename(dir.join("series"), &kept).unwrap();
         assert_eq!(first.frame_pixels(), Some(96 * 96));
         assert_eq!(
-            first.slot_hint(3, 1).map(|h| h.input),
+            first.slot_hint(3, 1, 1).map(|h| h.input),
             Some(round_up(96 * 96 * 3))
         );
         std::fs::rename(&kept, dir.join("series")).unwrap();

@@ -503,6 +503,8 @@ pub struct CudaBackend {
     /// Frames per call of the nvJPEG batched decoders the first file's syntax asks for
     /// ([`DECODE_BATCH_MAX`], else 1): the ring holds room for such batches.
     decode_batch: usize,
+    /// [`Backend::ring_batches`] when the workers compress PNG (`OutputWish::ring_batches`).
+    ring_batches: usize,
 }
 
 impl CudaBackend {
@@ -628,6 +630,7 @@ impl CudaBackend {
             } else {
                 1
             },
+            ring_batches: wish.ring_batches.max(1),
         })
     }
 
@@ -746,6 +749,13 @@ impl Backend for CudaBackend {
         self.shared.codecs.offer(sample);
     }
 
+    fn ring_batches(&self) -> usize {
+        match &self.shared.encoder {
+            Some(GpuEncoder::Png { .. }) => self.ring_batches,
+            _ => 1,
+        }
+    }
+
     fn frames_per_call(&self) -> usize {
         let encode = match &self.shared.encoder {
             Some(GpuEncoder::Png { batch, .. }) => *batch,
@@ -841,6 +851,7 @@ mod tests {
             first_frame_decoded_in_batches: false,
             first_frame_codec: None,
             nvjpeg_start_skipped: None,
+            ring_batches: 1,
         };
         let gpu = |encode| GpuOptions {
             encode,
