@@ -226,13 +226,15 @@ FD_FN u32 fd_row_adler(const u8* p, u32 n) {
 
 // One slice of a batch: `row_count` filtered rows of `row_bytes` (filter byte included) at
 // `rows`; its packed stream (the length word, then the zlib stream) goes to `packed`, at most
-// `cap` bytes in all.
+// `cap` bytes in all, and then to `out` (a mapped output slot; 0: left in `packed`) by
+// `fdeflate_copy_out`.
 struct FdSlice {
     u64 rows;
     u64 packed;
     u32 row_bytes;
     u32 row_count;
     u64 cap;
+    u64 out;
 };
 
 // The start of both per-row kernels: the block builds the code tables in `t` (shared memory),
@@ -372,6 +374,29 @@ extern "C" __global__ void fdeflate_write(const FdSlice* __restrict__ slices, u3
     w.begin((u32*)(out + 8), FD_HEADER_BITS + (u64)offsets[(u64)slice * stride + row]);
     fd_row(&t, p, d.row_bytes, w);
     w.end();
+}
+
+// Every slice's packed stream to its `out`, as `copy_packed` (zlib.cu) copies one: 8 bytes
+// when packing failed (the host then reads ~0 and falls back), else 8 + length, never more than
+// `cap`, with 16-byte stores (both addresses 16-byte aligned); `blocks_per_slice` blocks per
+// slice. One launch for the batch where a launch per slice made 16 more driver calls per call.
+extern "C" __global__ void fdeflate_copy_out(const FdSlice* __restrict__ slices, u32 n,
+                                             u32 blocks_per_slice) {
+    u32 slice = blockIdx.x / blocks_per_slice;
+    if (slice >= n) return;
+    FdSlice d = slices[slice];
+    if (d.out == 0) return;
+    const u8* src = (const u8*)d.packed;
+    u8* dst = (u8*)d.out;
+    u64 len = *(const u64*)src;
+    u64 total = min(len == ~0ull ? 8ull : 8ull + len, d.cap);
+    u64 groups = total / 16;
+    const uint4* s16 = (const uint4*)src;
+    uint4* d16 = (uint4*)dst;
+    u64 first = (u64)(blockIdx.x % blocks_per_slice) * blockDim.x + threadIdx.x;
+    u64 step = (u64)blocks_per_slice * blockDim.x;
+    for (u64 g = first; g < groups; g += step) d16[g] = s16[g];
+    for (u64 k = first; k < total % 16; k += step) dst[groups * 16 + k] = src[groups * 16 + k];
 }
 
 #endif

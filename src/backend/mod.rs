@@ -38,7 +38,8 @@ pub struct BackendInfo {
 /// Time spent in the parts of rendering one frame.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RenderTimings {
-    /// Host-to-device transfer (zero for the CPU, or for mapped memory).
+    /// Host-to-device transfer (zero for the CPU, for mapped memory, and for frames whose PNG
+    /// the GPU compresses in a batch: their copies in are timed with the batch's compute).
     pub transfer_in: Duration,
     /// GPU decode of a compressed frame (codec library, CUDA events; zero otherwise).
     pub decode: Duration,

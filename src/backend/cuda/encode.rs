@@ -200,6 +200,9 @@ pub struct GpuPng {
     room_for: Option<(usize, usize)>,
     /// The fdeflate kernels' slice descriptors: written here, copied to `tables`.
     staging: Option<Staging>,
+    /// The last fdeflate batch whose descriptors are in `tables`: its slices, the blocks per
+    /// slice of `fdeflate_copy_out`, and whether any slice has an `out`.
+    last_fdeflate: Option<(u32, u32, bool)>,
 }
 
 /// The fdeflate kernels.
@@ -207,6 +210,7 @@ struct FdKernels {
     count: Function,
     place: Function,
     write: Function,
+    copy_out: Function,
 }
 
 /// Threads per block of `fdeflate_count` and `fdeflate_write` (a thread per row).
@@ -215,8 +219,9 @@ const FD_ROW_THREADS: u32 = 128;
 /// an error for the batch (none occurs: frames are limited to `pipeline.max_frame_mib`, 1 GiB
 /// by default, and such a row would be 256 MiB).
 const FD_MAX_ROW_BYTES: usize = 1 << 28;
-/// Bytes of one `FdSlice` (kernels/fdeflate.cu): rows, packed, row_bytes and row_count, cap.
-const FD_SLICE_BYTES: usize = 32;
+/// Bytes of one `FdSlice` (kernels/fdeflate.cu): rows, packed, row_bytes and row_count, cap,
+/// out.
+const FD_SLICE_BYTES: usize = 40;
 
 /// Page-locked host memory for the slice descriptors, so that their copy to the device is
 /// asynchronous (a pageable source may make the driver wait for the stream), with the event
@@ -274,6 +279,9 @@ pub struct PngInput {
     pub len: usize,
     pub row_bytes: usize,
     pub cap: usize,
+    /// Where [`GpuPng::queue_copy_out`] copies the packed stream (a device-visible address of
+    /// `cap` bytes, 16-byte aligned: a mapped slot); 0 for none.
+    pub out: u64,
 }
 
 impl GpuPng {
@@ -288,6 +296,9 @@ impl GpuPng {
                 .map_err(|e| e.to_string())?,
             write: module
                 .function(c"fdeflate_write")
+                .map_err(|e| e.to_string())?,
+            copy_out: module
+                .function(c"fdeflate_copy_out")
                 .map_err(|e| e.to_string())?,
         };
         if let Deflater::Nvcomp { lib, algorithm, .. } = &deflater {
@@ -312,6 +323,7 @@ impl GpuPng {
             packed: None,
             room_for: None,
             staging: None,
+            last_fdeflate: None,
         })
     }
 
@@ -342,6 +354,7 @@ impl GpuPng {
         inputs: &[PngInput],
         compressed: Option<&Event>,
     ) -> Result<Vec<u64>, String> {
+        self.last_fdeflate = None;
         if inputs.is_empty() {
             return Ok(Vec::new());
         }
@@ -413,6 +426,7 @@ impl GpuPng {
             desc.extend_from_slice(&(input.row_bytes as u32).to_le_bytes());
             desc.extend_from_slice(&(rows_of(input) as u32).to_le_bytes());
             desc.extend_from_slice(&(input.cap as u64).to_le_bytes());
+            desc.extend_from_slice(&input.out.to_le_bytes());
             out.push(dst);
         }
         // SAFETY: the staging memory holds desc_len >= desc.len() bytes and no copy reads it
@@ -459,7 +473,32 @@ impl GpuPng {
         if let Some(mark) = compressed {
             mark.record(&stream).map_err(cuda)?;
         }
+        // `fdeflate_copy_out`: 256 threads per block, a block per 64 KiB of the largest slot.
+        let copy_blocks = (cap as u64).div_ceil(16 * 256 * 16).clamp(1, 64) as u32;
+        let any_out = inputs.iter().any(|i| i.out != 0);
+        self.last_fdeflate = Some((n as u32, copy_blocks, any_out));
         Ok(out)
+    }
+
+    /// Queues, after [`queue_batch`](Self::queue_batch), the copy of every packed stream of the
+    /// batch to its input's `out` in one launch (`fdeflate_copy_out`); `false` when this
+    /// encoder cannot (nvCOMP, or no batch): the caller then copies each with
+    /// [`copy_packed_from`](Self::copy_packed_from).
+    pub fn queue_copy_out(&mut self) -> Result<bool, CudaError> {
+        let (Some((n, blocks, any_out)), Some(tables)) = (
+            self.last_fdeflate.take(),
+            self.tables.as_ref().map(DeviceBuffer::ptr),
+        ) else {
+            return Ok(false);
+        };
+        if !matches!(self.deflater, Deflater::Fdeflate) {
+            return Ok(false);
+        }
+        if any_out {
+            let args = Args::default().u64(tables).u32(n).u32(blocks);
+            driver::launch(&self.fd.copy_out, n * blocks, 256, 0, &self.stream, args)?;
+        }
+        Ok(true)
     }
 
     /// [`queue_batch`](Self::queue_batch) with nvCOMP.
@@ -594,6 +633,7 @@ impl GpuPng {
         self.temp = None;
         self.temp_for = None;
         self.packed = None;
+        self.last_fdeflate = None;
     }
 }
 

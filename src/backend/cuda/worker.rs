@@ -177,8 +177,8 @@ pub struct CudaWorker {
     /// While [`render_batch`](RenderWorker::render_batch) runs: the frames whose PNG
     /// compression waits for the end of the batch.
     batch: Option<Vec<Deferred>>,
-    /// Per position in a batch: the frame's filtered rows, and its events (0 start, 1 staged
-    /// in, 2 filtered, 3 and 4 around a GPU decode).
+    /// Per position in a batch: the frame's filtered rows, and its events (3 and 4 around a
+    /// GPU decode; 0–2 unused since session 25, see `batch_begin`).
     batch_rows: Vec<Option<DeviceBuffer>>,
     /// Per position in a batch: where a frame decoded on the GPU on its own (not in one call
     /// with others) lands, so that no frame's decode writes where a deferred render of the
@@ -194,6 +194,11 @@ pub struct CudaWorker {
     batch_ev: Vec<[Event; 5]>,
     /// Around a batch's compression: 0 before, 1 compressed, 2 copied to the slots.
     batch_marks: [Event; 3],
+    /// Before the batch's first frame: with `batch_marks[0]` it times the batch's transfers
+    /// in, renders and filters together, shared by its frames. One event per batch instead of
+    /// three per frame: every driver call takes the context's lock, and at 512² the workers'
+    /// calls (about 240 000 a second from four threads) bounded the run.
+    batch_begin: Event,
     /// nvJPEG frames of a batch decoded in one call ([`CudaWorker::decode_together`]).
     together: DecodedTogether,
     /// Where the frame being rendered was decoded by [`CudaWorker::decode_together`], if it was.
@@ -382,6 +387,7 @@ impl CudaWorker {
             batch_last_decode: None,
             batch_ev: Vec::new(),
             batch_marks,
+            batch_begin: Event::new(&device)?,
             together: DecodedTogether {
                 buffers: Vec::new(),
                 ev: [Event::new(&device)?, Event::new(&device)?],
@@ -1025,13 +1031,12 @@ impl CudaWorker {
             return Err(RenderError::Internal("no GPU PNG encoder".into()));
         };
         let filter = *filter;
-        let (Some(ev), Some(_)) = (self.batch_ev.get(index), self.batch_rows.get(index)) else {
+        let (Some(_), Some(_)) = (self.batch_ev.get(index), self.batch_rows.get(index)) else {
             return Err(RenderError::Internal(format!(
                 "batch position {index} has no events"
             )));
         };
         let cap = plan.output_capacity();
-        ev[0].record(&self.stream).map_err(cuda)?;
         // The pixels and a staged input are this worker's buffers, reused frame after frame:
         // the next frame's work on this stream only starts once this frame's kernels are done.
         let staged = self
@@ -1040,7 +1045,6 @@ impl CudaWorker {
         let dev_pixels =
             driver::ensure_buffer(&mut self.dev_pixels, &self.stream, plan.output_bytes())
                 .map_err(cuda)?;
-        self.batch_ev[index][1].record(&self.stream).map_err(cuda)?;
         let io = Io {
             input: staged.input,
             output: dev_pixels,
@@ -1057,7 +1061,6 @@ impl CudaWorker {
             rows,
         )
         .map_err(cuda)?;
-        self.batch_ev[index][2].record(&self.stream).map_err(cuda)?;
         if let Some(batch) = self.batch.as_mut() {
             batch.push(Deferred {
                 frame: usize::MAX,
@@ -1091,6 +1094,9 @@ impl CudaWorker {
     ) -> Result<RenderOutcome, RenderError> {
         let index = self.batch_max;
         self.ensure_batch_room(index + 1)
+            .map_err(RenderError::Cuda)?;
+        self.batch_begin
+            .record(&self.stream)
             .map_err(RenderError::Cuda)?;
         self.batch = Some(Vec::with_capacity(1));
         let rendered = self.render_deferred(strategy, source, plan, slot, index);
@@ -1129,6 +1135,9 @@ impl CudaWorker {
                 len: d.cap,
                 row_bytes: d.row_bytes,
                 cap: d.cap,
+                out: frames
+                    .get(d.frame)
+                    .map_or(0, |f| f.slot.output.device_ptr()),
             })
             .collect();
         self.batch_marks[0].record(&self.stream).map_err(cuda)?;
@@ -1137,6 +1146,8 @@ impl CudaWorker {
             .map_err(|e| RenderError::Internal(format!("GPU PNG encoder: {e}")))?;
         self.batch_marks[1].record(&self.stream).map_err(cuda)?;
         self.shared.png_calls.add(inputs.len());
+        // Mapped slots: one launch for the batch when the encoder can.
+        let copied_out = png.queue_copy_out().map_err(cuda)?;
         // Mapped slots get exactly the stream; heap slots (pageable) the length word first.
         let mut heap = Vec::new();
         for (d, &src) in pending.iter().zip(&packed) {
@@ -1145,7 +1156,9 @@ impl CudaWorker {
                 .ok_or_else(|| RenderError::Internal("deferred frame out of range".into()))?;
             let dst = frame.slot.output.device_ptr();
             if dst != 0 {
-                png.copy_packed_from(src, dst, d.cap).map_err(cuda)?;
+                if !copied_out {
+                    png.copy_packed_from(src, dst, d.cap).map_err(cuda)?;
+                }
             } else {
                 let out = frame.slot.output.bytes_mut(d.cap).as_mut_ptr();
                 // SAFETY: the slot holds cap >= 8 bytes; the stream is synchronized below,
@@ -1187,23 +1200,38 @@ impl CudaWorker {
         };
         let encode = share(&self.batch_marks[0], &self.batch_marks[1]).map_err(cuda)?;
         let transfer_out = share(&self.batch_marks[1], &self.batch_marks[2]).map_err(cuda)?;
-        let mut done = Vec::with_capacity(pending.len());
+        // Each frame's GPU decode (when it had one on its own) is timed by its events; the
+        // rest of the span before the compression (transfers in, renders, filters) is shared.
+        let mut decodes = Vec::with_capacity(pending.len());
         for d in pending {
-            let ev = &self.batch_ev[d.index];
-            let ms = |a: usize, b: usize| {
-                Event::elapsed_ms(&ev[a], &ev[b])
+            decodes.push(if d.decoded_together {
+                self.together.share().map_err(cuda)?
+            } else if d.decoded {
+                let ev = &self.batch_ev[d.index];
+                Event::elapsed_ms(&ev[3], &ev[4])
                     .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
-            };
+                    .map_err(cuda)?
+            } else {
+                Duration::ZERO
+            });
+        }
+        let span = Event::elapsed_ms(&self.batch_begin, &self.batch_marks[0])
+            .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
+            .map_err(cuda)?;
+        let decoded_alone: Duration = pending
+            .iter()
+            .zip(&decodes)
+            .filter(|(d, _)| !d.decoded_together)
+            .map(|(_, t)| *t)
+            .sum();
+        let compute = span.saturating_sub(decoded_alone) / pending.len().max(1) as u32;
+        let mut done = Vec::with_capacity(pending.len());
+        for (d, decode) in pending.iter().zip(decodes) {
+            // The transfers in are queued between the renders: timed with them, as compute.
             let timings = RenderTimings {
-                transfer_in: ms(0, 1).map_err(cuda)?,
-                decode: if d.decoded_together {
-                    self.together.share().map_err(cuda)?
-                } else if d.decoded {
-                    ms(3, 4).map_err(cuda)?
-                } else {
-                    Duration::ZERO
-                },
-                compute: ms(1, 2).map_err(cuda)?,
+                transfer_in: Duration::ZERO,
+                decode,
+                compute,
                 encode,
                 transfer_out,
             };
@@ -1623,6 +1651,14 @@ impl RenderWorker for CudaWorker {
         }
         self.batch = Some(Vec::with_capacity(frames.len()));
         self.batch_last_decode = None;
+        if let Err(e) = self.batch_begin.record(&self.stream) {
+            self.batch = None;
+            let e = self.on_gpu(RenderError::Cuda(e)).to_string();
+            return frames
+                .iter()
+                .map(|_| Err(RenderError::Internal(e.clone())))
+                .collect();
+        }
         let mut results = Vec::with_capacity(frames.len());
         for ((i, f), done) in frames.iter_mut().enumerate().zip(predecoded) {
             let before = self.batch.as_ref().map_or(0, Vec::len);
