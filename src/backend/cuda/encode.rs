@@ -473,8 +473,9 @@ impl GpuPng {
         if let Some(mark) = compressed {
             mark.record(&stream).map_err(cuda)?;
         }
-        // `fdeflate_copy_out`: 256 threads per block, a block per 64 KiB of the largest slot.
-        let copy_blocks = (cap as u64).div_ceil(16 * 256 * 16).clamp(1, 64) as u32;
+        // `fdeflate_copy_out`: per slice as many blocks of 256 threads as `copy_packed_from`
+        // launches for one (a 16-byte group per thread, at most 4096 blocks).
+        let copy_blocks = (cap as u64).div_ceil(16 * 256).clamp(1, 4096) as u32;
         let any_out = inputs.iter().any(|i| i.out != 0);
         self.last_fdeflate = Some((n as u32, copy_blocks, any_out));
         Ok(out)
