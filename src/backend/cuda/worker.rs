@@ -177,8 +177,7 @@ pub struct CudaWorker {
     /// While [`render_batch`](RenderWorker::render_batch) runs: the frames whose PNG
     /// compression waits for the end of the batch.
     batch: Option<Vec<Deferred>>,
-    /// Per position in a batch: the frame's filtered rows, and its events (3 and 4 around a
-    /// GPU decode; 0–2 unused since session 25, see `batch_begin`).
+    /// Per position in a batch: the frame's filtered rows.
     batch_rows: Vec<Option<DeviceBuffer>>,
     /// Per position in a batch: where a frame decoded on the GPU on its own (not in one call
     /// with others) lands, so that no frame's decode writes where a deferred render of the
@@ -191,7 +190,9 @@ pub struct CudaWorker {
     /// out with another frame's values in 5–47 of 400 frames, whatever buffer they landed in;
     /// outside batches the stream is synchronized after every frame.
     batch_last_decode: Option<usize>,
-    batch_ev: Vec<[Event; 5]>,
+    /// Per position in a batch: the events around the frame's GPU decode, when it has one on
+    /// its own (the batch's other parts are timed for the whole batch: `batch_begin`).
+    batch_ev: Vec<[Event; 2]>,
     /// Around a batch's compression: 0 before, 1 compressed, 2 copied to the slots.
     batch_marks: [Event; 3],
     /// Before the batch's first frame: with `batch_marks[0]` it times the batch's transfers
@@ -1208,7 +1209,7 @@ impl CudaWorker {
                 self.together.share().map_err(cuda)?
             } else if d.decoded {
                 let ev = &self.batch_ev[d.index];
-                Event::elapsed_ms(&ev[3], &ev[4])
+                Event::elapsed_ms(&ev[0], &ev[1])
                     .map(|m| Duration::from_secs_f64(m.max(0.0) as f64 / 1e3))
                     .map_err(cuda)?
             } else {
@@ -1258,13 +1259,8 @@ impl CudaWorker {
     fn ensure_batch_room(&mut self, frames: usize) -> Result<(), CudaError> {
         let device = self.shared.devices[self.device_slot].clone();
         while self.batch_ev.len() < frames {
-            self.batch_ev.push([
-                Event::new(&device)?,
-                Event::new(&device)?,
-                Event::new(&device)?,
-                Event::new(&device)?,
-                Event::new(&device)?,
-            ]);
+            self.batch_ev
+                .push([Event::new(&device)?, Event::new(&device)?]);
         }
         if self.batch_rows.len() < frames {
             self.batch_rows.resize_with(frames, || None);
@@ -1280,7 +1276,7 @@ impl CudaWorker {
     fn decode_marks(&self) -> (&Event, &Event) {
         if let Some(index) = self.batch.as_ref().map(Vec::len) {
             if let Some(ev) = self.batch_ev.get(index) {
-                return (&ev[3], &ev[4]);
+                return (&ev[0], &ev[1]);
             }
         }
         (&self.ev_decode[0], &self.ev_decode[1])
@@ -1854,7 +1850,7 @@ impl CudaWorker {
         let index = self.batch.as_ref().map(Vec::len);
         if let Some(last) = index.and(self.batch_last_decode) {
             if let Some(ev) = self.batch_ev.get(last) {
-                ev[4].synchronize().map_err(|e| e.to_string())?;
+                ev[1].synchronize().map_err(|e| e.to_string())?;
             }
         }
         let buffer = match index.and_then(|i| self.batch_decoded.get_mut(i)) {
