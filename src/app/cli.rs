@@ -484,6 +484,10 @@ pub struct JobArgs {
     /// cpu, wait. [default: cpu]
     #[arg(long)]
     pub gpu_decode_start: Option<String>,
+    /// Large native frames (3 MiB and more) go from the file straight to GPU memory through
+    /// small page-locked chunks (auto), or through the slots (off). [default: auto]
+    #[arg(long)]
+    pub gpu_upload: Option<String>,
     /// CUDA streams per device when the first file is JPEG 2000 decoded on the GPU. [default: 32]
     #[arg(long)]
     pub decode_streams: Option<i64>,
@@ -549,6 +553,7 @@ impl JobArgs {
         r.gpu.streams = self.streams;
         r.gpu.decode = self.gpu_decode.clone();
         r.gpu.decode_start = self.gpu_decode_start.clone();
+        r.gpu.upload = self.gpu_upload.clone();
         r.gpu.decode_streams = self.decode_streams;
         r.gpu.encode_streams = self.encode_streams;
         r.gpu.encode = self.gpu_encode.clone();

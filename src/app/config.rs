@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use dicomflow::backend::options::{
     BackendChoice, BackendOptions, GpuDecode, GpuDecodeStart, GpuEncodeChoice, GpuSelection,
-    PageLocking, Transfer,
+    GpuUpload, PageLocking, Transfer,
 };
 use dicomflow::decode::Damaged;
 use dicomflow::error::FatalError;
@@ -184,6 +184,7 @@ pub struct RawGpu {
     pub encode_streams: Option<i64>,
     pub encode: Option<String>,
     pub encode_batch: Option<i64>,
+    pub upload: Option<String>,
 }
 
 /// A number, or the word "auto".
@@ -328,6 +329,7 @@ fn flag_of(key: &str) -> String {
         "gpu.decode" => "gpu-decode",
         "gpu.decode_start" => "gpu-decode-start",
         "gpu.encode" => "gpu-encode",
+        "gpu.upload" => "gpu-upload",
         "dashboard.tui" => "tui",
         _ => key.rsplit('.').next().unwrap_or(key),
     };
@@ -754,6 +756,15 @@ impl Settings {
                 "use lossless, all or none",
             )?;
         }
+        if let Some(v) = &g.upload {
+            self.backend.gpu.upload = one_of(
+                origin,
+                "gpu.upload",
+                v,
+                &[("auto", GpuUpload::Auto), ("off", GpuUpload::Off)],
+                "use auto or off",
+            )?;
+        }
         if let Some(v) = &g.decode_start {
             self.backend.gpu.decode_start = one_of(
                 origin,
@@ -981,6 +992,7 @@ mod tests {
             ("gpu.decode_streams", "--decode-streams"),
             ("gpu.encode_streams", "--encode-streams"),
             ("gpu.decode_start", "--gpu-decode-start"),
+            ("gpu.upload", "--gpu-upload"),
             ("gpu.encode_batch", "--encode-batch"),
             ("pipeline.max_frame_mib", "--max-frame-mib"),
             ("listen.ae_title", "--ae-title"),
@@ -994,6 +1006,7 @@ mod tests {
             ("[pipeline]\nloaders = -3", "pipeline.loaders", "-3"),
             ("[pipeline]\nlayout = \"fused\"", "pipeline.layout", "fused"),
             ("[gpu]\ntransfer = \"dma\"", "gpu.transfer", "dma"),
+            ("[gpu]\nupload = \"workers\"", "gpu.upload", "workers"),
             (
                 "[gpu]\ndecode_start = \"later\"",
                 "gpu.decode_start",
@@ -1077,6 +1090,15 @@ mod tests {
         assert_eq!(s.backend.gpu.gpus, GpuSelection::List(vec![0, 1]));
         assert_eq!(parse_gpu_list("all"), Ok(GpuSelection::All));
         assert!(parse_gpu_list("0,x").is_err());
+    }
+
+    #[test]
+    fn upload_is_auto_by_default_and_off_when_asked() {
+        assert_eq!(Settings::default().backend.gpu.upload, GpuUpload::Auto);
+        let raw = Settings::parse_toml("[gpu]\nupload = \"off\"", &Origin::Defaults).unwrap();
+        let mut s = Settings::default();
+        s.apply(&raw, &Origin::Defaults).unwrap();
+        assert_eq!(s.backend.gpu.upload, GpuUpload::Off);
     }
 
     #[test]

@@ -306,6 +306,13 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     for line in gpu_decode_lines(result, stats) {
         let _ = writeln!(s, "  gpu decode: {line}");
     }
+    if let Some(g) = stats.gpu.as_ref().filter(|g| g.frames_uploaded > 0) {
+        let _ = writeln!(
+            s,
+            "  upload: {} frames read straight into GPU memory by the loaders (gpu.upload)",
+            g.frames_uploaded
+        );
+    }
     let gpu_encoded = if stats.gpu_encoded_frames > 0 {
         format!(
             "; {} frames compressed on the GPU, {} back ({:.0} KB per frame)",

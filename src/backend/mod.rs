@@ -221,6 +221,36 @@ pub trait Backend: Send + Sync {
     fn ring_batches(&self) -> usize {
         1
     }
+    /// Where the loaders can put a native frame's stored values straight into the memory of
+    /// the GPU that will render it, instead of the slot (`gpu.upload`); `None` for the CPU.
+    fn uploader(&self) -> Option<Arc<dyn FrameUpload>> {
+        None
+    }
+}
+
+/// The loaders' upload of native frames to the GPU ([`Backend::uploader`]).
+pub trait FrameUpload: Send + Sync {
+    /// Whether `plan`'s frame, about to be read into `slot`, goes to the GPU this way: a large
+    /// frame whose stored values the GPU renders as they are.
+    fn wants(&self, plan: &FramePlan, slot: &Slot) -> bool;
+    /// Reads `len` bytes at `offset` of `file` into device memory kept for `slot` and returns
+    /// its device address, which the loader puts in [`Slot::on_device`].
+    fn upload(
+        &self,
+        file: &std::fs::File,
+        offset: u64,
+        len: usize,
+        slot: &Slot,
+    ) -> Result<u64, UploadError>;
+}
+
+/// Why an upload did not happen.
+#[derive(Debug)]
+pub enum UploadError {
+    /// Reading the file failed: the frame fails as any read does.
+    Read(std::io::Error),
+    /// The GPU side failed: the frame is read into the slot instead, and uploads stop.
+    Gpu(String),
 }
 
 /// One frame of a [`RenderWorker::render_batch`] call.

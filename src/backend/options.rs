@@ -87,6 +87,28 @@ impl GpuDecodeStart {
     }
 }
 
+/// How large native frames reach the GPU (`gpu.upload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuUpload {
+    /// The loaders read frames of 3 MiB and more straight into GPU memory through small
+    /// page-locked chunks that a kernel pulls (backend/cuda/upload.rs), on one GPU; the
+    /// frame crosses host memory once instead of three times.
+    Auto,
+    /// Every frame is read into its slot, and the render worker moves it.
+    Off,
+}
+
+impl GpuUpload {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuUpload::Auto => "auto",
+            GpuUpload::Off => "off",
+        }
+    }
+}
+
 /// Who compresses the output images when the CUDA backend renders (`gpu.encode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -155,6 +177,8 @@ pub struct GpuOptions {
     /// BENCHMARKS.md) and the fdeflate kernels make three launches per call. 1 compresses
     /// each slice alone.
     pub encode_batch: usize,
+    /// How large native frames reach the GPU.
+    pub upload: GpuUpload,
 }
 
 impl Default for GpuOptions {
@@ -175,6 +199,7 @@ impl Default for GpuOptions {
             encode_streams: 4,
             encode: GpuEncodeChoice::Auto,
             encode_batch: 16,
+            upload: GpuUpload::Auto,
         }
     }
 }

@@ -182,6 +182,13 @@ impl Backend for WarmStart {
         }
     }
 
+    fn uploader(&self) -> Option<Arc<dyn crate::backend::FrameUpload>> {
+        match self.cuda.get() {
+            Some(Ok(b)) => b.uploader(),
+            _ => None,
+        }
+    }
+
     fn finish(&self) {
         // A job shorter than the driver's start does not wait for it: the binary leaves with
         // _exit, and library users may call `wait_ready`.
@@ -269,6 +276,11 @@ impl RenderWorker for WarmWorker {
         // it, so the CPU renders that frame (the slot becomes pinned at its next reserve).
         match &mut self.gpu {
             Some(g) if self.pageable || mapped(slot) => g.render(plan, slot),
+            // The loaders upload only once CUDA is ready (Backend::uploader); a worker whose
+            // GPU half could not start has no way to the values.
+            _ if slot.on_device.is_some() => Err(RenderError::Internal(
+                "the frame was read into GPU memory, and this render worker has no GPU".into(),
+            )),
             _ => {
                 self.cpu_frames.fetch_add(1, Ordering::Relaxed);
                 self.cpu.render(plan, slot)

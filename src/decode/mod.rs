@@ -350,6 +350,18 @@ impl ImageFile {
         })
     }
 
+    /// The open file and the offset of frame `frame`'s stored values, when they can be read
+    /// from the file as they are ([`native::Located::plain_frame`]): the loaders' upload to the
+    /// GPU reads them from there itself.
+    pub fn plain_frame(&self, frame: u32) -> Option<(&std::fs::File, u64)> {
+        match &self.source {
+            PixelSource::Native(located) => located
+                .plain_frame(frame, &self.info)
+                .map(|offset| (&located.file, offset)),
+            PixelSource::Object(_) => None,
+        }
+    }
+
     /// Decodes frame `frame` (0-based) into `dst` (exactly `info.frame_bytes()` bytes) as
     /// native-endian stored values, interleaved samples, unmasked. `scratch` is a reusable
     /// buffer for codecs.

@@ -89,6 +89,18 @@ pub fn locate_pixel_data(
 }
 
 impl Located {
+    /// Where frame `frame` of `info` lies in the file when its bytes are its stored values as
+    /// they are (not packed, not byte-swapped, on a little-endian host): the offset of its
+    /// first byte. `None` when the bytes need work on the host on their way to the slot.
+    pub fn plain_frame(&self, frame: u32, info: &ImageInfo) -> Option<u64> {
+        let plain = info.file_bits_allocated == info.bits_allocated
+            && !self.swap_words
+            && cfg!(target_endian = "little");
+        let bits = info.native_frame_bits();
+        let first_bit = frame as u64 * bits;
+        (plain && first_bit.is_multiple_of(8)).then(|| self.offset + first_bit / 8)
+    }
+
     /// Reads frame `frame` of `info` into `dst` (`info.frame_bytes()` bytes) as native-endian
     /// samples. `scratch` holds the bytes around the frame when they cannot go straight into
     /// `dst`: a frame of odd size across a word boundary, packed samples.
@@ -302,6 +314,30 @@ mod tests {
             let first = 3 * f as u8 + 1;
             assert_eq!(dst, [first, first + 1, first + 2], "frame {f}");
         }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn only_frames_stored_as_they_are_read_plain_from_the_file() {
+        let path = std::env::temp_dir().join(format!("dicomflow-plain-{}", std::process::id()));
+        std::fs::write(&path, [0u8; 16]).unwrap();
+        let located = |swap_words| Located {
+            file: File::open(&path).unwrap(),
+            offset: 132,
+            len: 9,
+            swap_words,
+        };
+        let info = info_8bit_1x3();
+        // Frame f of 3 bytes starts 3 f bytes into the value.
+        assert_eq!(located(false).plain_frame(0, &info), Some(132));
+        assert_eq!(located(false).plain_frame(2, &info), Some(138));
+        // Swapped words need the host.
+        assert_eq!(located(true).plain_frame(0, &info), None);
+        // Packed samples (12 bits in the file, 16 in the slot) need the host.
+        let mut packed = info.clone();
+        packed.file_bits_allocated = 12;
+        packed.bits_allocated = 16;
+        assert_eq!(located(false).plain_frame(0, &packed), None);
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -199,6 +199,9 @@ pub struct Slot {
     pub index: usize,
     pub input: HostBuffer,
     pub output: HostBuffer,
+    /// The frame's stored values, when a loader put them straight into GPU memory (the CUDA
+    /// backend's `gpu.upload`): their device address. `input` then does not hold them.
+    pub on_device: Option<u64>,
     allocator: Arc<dyn HostAllocator>,
 }
 
@@ -257,6 +260,7 @@ impl SlotPool {
                 index,
                 input: allocator.allocate(round_up(input))?,
                 output: allocator.allocate(round_up(output))?,
+                on_device: None,
                 allocator: allocator.clone(),
             };
             free_tx.send(slot).map_err(|_| AllocError::Closed)?;
@@ -303,7 +307,8 @@ impl SlotPool {
     }
 
     /// Returns a slot to the ring.
-    pub fn give_back(&self, slot: Slot) {
+    pub fn give_back(&self, mut slot: Slot) {
+        slot.on_device = None;
         // The channel holds exactly `count` slots, so this never blocks.
         let _ = self.free_tx.send(slot);
     }
@@ -358,6 +363,16 @@ mod tests {
         assert_eq!(pool.free(), 1);
         pool.give_back(b);
         assert_eq!(pool.free(), 2);
+    }
+
+    #[test]
+    fn a_slot_given_back_forgets_where_its_values_were_uploaded() {
+        let pool = SlotPool::new(1, 16, 16, Arc::new(HeapAllocator::default())).unwrap();
+        let mut slot = pool.take().unwrap();
+        assert_eq!(slot.on_device, None);
+        slot.on_device = Some(0x7000_0000);
+        pool.give_back(slot);
+        assert_eq!(pool.take().unwrap().on_device, None);
     }
 
     #[test]

@@ -224,6 +224,8 @@ pub struct GpuFigures {
     pub frames_gpu_decoded: u64,
     /// Frames sent to a GPU codec that the CPU decoder took over (unsupported or damaged).
     pub frames_decode_fallback: u64,
+    /// Native frames the loaders put straight into GPU memory (`gpu.upload`).
+    pub frames_uploaded: u64,
     /// Who compresses the output: "CPU", or the GPU encoder's library and version.
     pub encoder: String,
 }

@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use std::sync::Arc;
 
-use crate::backend::{BatchFrame, Encoded, RenderWorker};
+use crate::backend::{BatchFrame, Encoded, RenderWorker, UploadError};
 use crate::decode::compressed::{self, EncodedFrame, FrameCoding, GpuStart, Sample};
 use crate::decode::info::SourceHeader;
 use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
@@ -690,7 +690,21 @@ fn load_file(
         }
         let t_read = Instant::now();
         let started = if f == 0 { t0 } else { t_read };
-        if let Some(e) = encoded {
+        slot.on_device = None;
+        let uploaded = match encoded {
+            Some(_) => None,
+            None => upload(ctx, &file, &plan, frame, frame_bytes, &slot),
+        };
+        if let Some(result) = uploaded {
+            match result {
+                Ok(on_device) => slot.on_device = Some(on_device),
+                Err(reason) => {
+                    ctx.pool.give_back(slot);
+                    fail(Stage::Decode, reason);
+                    continue;
+                }
+            }
+        } else if let Some(e) = encoded {
             // The codestream is in `scratch` (encoded_frame above); the GPU decodes it.
             slot.input
                 .bytes_mut(e.len)
@@ -752,6 +766,32 @@ fn load_file(
             ctx.pool.give_back(job.slot);
             return;
         }
+    }
+}
+
+/// Reads the frame straight into the memory of the GPU that will render it, when the backend
+/// uploads such frames (`gpu.upload`, backend/cuda/upload.rs). `None`: read it into the slot
+/// (not such a frame, or the upload failed on the GPU's side, which the uploader reports once);
+/// `Some(Err)`: reading the file failed, as the slot's read would have.
+fn upload(
+    ctx: &Context,
+    file: &ImageFile,
+    plan: &FramePlan,
+    frame: u32,
+    frame_bytes: usize,
+    slot: &Slot,
+) -> Option<Result<u64, String>> {
+    let uploader = ctx.backend.uploader()?;
+    if !uploader.wants(plan, slot) {
+        return None;
+    }
+    let (handle, offset) = file.plain_frame(frame)?;
+    match uploader.upload(handle, offset, frame_bytes, slot) {
+        Ok(on_device) => Some(Ok(on_device)),
+        Err(UploadError::Read(e)) => Some(Err(format!(
+            "reading {frame_bytes} bytes of pixel data: {e}"
+        ))),
+        Err(UploadError::Gpu(_)) => None,
     }
 }
 

@@ -1864,3 +1864,86 @@ fn gpu_bench_gpu_encode_prints_png_and_jpeg_rows() {
     assert!(table.contains("one Deflate stream"), "{table}");
     assert!(table.contains("256² gray q90"), "{table}");
 }
+
+/// The loaders' upload (`gpu.upload = "auto"`): large native frames go from the file straight
+/// into GPU memory through the pull kernel (backend/cuda/upload.rs). Every output must be the
+/// CPU backend's bytes, for signed and unsigned values, one multi-frame file, a window the GPU
+/// computes from the uploaded values (histogram), window channels, overlay-free TIFF pixels,
+/// PNG compressed by the GPU or by the writers, and every transfer strategy; the report counts
+/// the uploaded frames, and `--gpu-upload off` uploads none.
+#[test]
+fn gpu_loaders_upload_large_native_frames_to_the_cpu_bytes() {
+    let test = "gpu_loaders_upload_large_native_frames_to_the_cpu_bytes";
+    if gpu_or_skip(test).is_none() {
+        return;
+    }
+    let root = tempdir("gpu-upload");
+    let series = [
+        ("ct2000", vec!["--size", "2000", "--slices", "5"], 5u64),
+        (
+            "signed1448",
+            vec!["--size", "1448", "--slices", "3", "--signed"],
+            3,
+        ),
+        (
+            "multi",
+            vec!["--size", "1448", "--slices", "3", "--multiframe"],
+            3,
+        ),
+    ];
+    let runs: [&[&str]; 7] = [
+        &[],
+        &["--transfer", "pinned"],
+        &["--transfer", "zero-copy", "--gpu-encode", "cpu"],
+        &["--window", "histogram:1"],
+        &["--window", "40,400", "--window", "-600,1500"],
+        &["--format", "tiff"],
+        &["--gpu-upload", "off"],
+    ];
+    for (name, synth_args, frames) in &series {
+        let input = root.join(name);
+        common::synth(&input, synth_args);
+        for (i, extra) in runs.iter().enumerate() {
+            let what = format!("{name} {extra:?}");
+            let cpu_dir = root.join(format!("{name}-{i}-cpu"));
+            let gpu_dir = root.join(format!("{name}-{i}-gpu"));
+            // The CPU backend takes neither --transfer nor --gpu-* values: drop them with theirs.
+            let cpu_args = strip_gpu_options(extra, &["--backend", "cpu"]);
+            let (o, _) = run_report(&[&input], &cpu_dir, &cpu_args);
+            assert_exit(&o, 0);
+            let mut gpu_args: Vec<&str> = vec!["--backend", "cuda"];
+            gpu_args.extend(extra.iter().copied());
+            let (o, report) = run_report(&[&input], &gpu_dir, &gpu_args);
+            assert_exit(&o, 0);
+            assert_same_outputs(&outputs(&gpu_dir), &outputs(&cpu_dir), &what);
+            let uploaded = report["backend"]["gpu"]["frames_uploaded"]
+                .as_u64()
+                .unwrap_or(0);
+            let expected = if extra.contains(&"off") { 0 } else { *frames };
+            assert_eq!(
+                uploaded,
+                expected,
+                "{what}: frames uploaded; {}",
+                stderr(&o)
+            );
+        }
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// `extra` without the options the CPU backend has no use for (`--transfer X`, `--gpu-* X`),
+/// after `head`.
+fn strip_gpu_options<'a>(extra: &[&'a str], head: &[&'a str]) -> Vec<&'a str> {
+    let mut out = head.to_vec();
+    let mut skip = false;
+    for a in extra {
+        if skip {
+            skip = false;
+        } else if a.starts_with("--transfer") || a.starts_with("--gpu-") {
+            skip = true;
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}

@@ -358,6 +358,12 @@ fn backend(f: &mut Frame, app: &App, area: Rect) {
                     g.frames_gpu_decoded, g.frames_decode_fallback
                 )));
             }
+            if g.frames_uploaded > 0 {
+                lines.push(Line::from(format!(
+                    "upload: {} frames by the loaders",
+                    g.frames_uploaded
+                )));
+            }
             if !g.codecs.is_empty() {
                 lines.push(Line::from(format!("codecs: {}", g.codecs)));
             }

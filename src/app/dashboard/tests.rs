@@ -505,6 +505,7 @@ fn gpu_panel_shows_the_decode_counts_and_the_stage_row_appears_once_used() {
         codecs: "nvJPEG2000 0.11.0, nvJPEG 13.0.1".into(),
         frames_gpu_decoded: 118,
         frames_decode_fallback: 2,
+        frames_uploaded: 0,
         ..Default::default()
     });
     let all = render(&app(s), 100, 30).join("\n");

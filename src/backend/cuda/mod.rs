@@ -14,12 +14,15 @@ pub mod nvcomp;
 pub mod nvjpeg;
 pub mod nvrtc;
 pub mod pinned;
+pub mod upload;
 mod worker;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::backend::options::{GpuEncodeChoice, GpuOptions, GpuSelection, PageLocking, Transfer};
+use crate::backend::options::{
+    GpuEncodeChoice, GpuOptions, GpuSelection, GpuUpload, PageLocking, Transfer,
+};
 use crate::backend::{Backend, BackendError, BackendInfo, OutputWish, RenderError, RenderWorker};
 use crate::memory::{HeapAllocator, HostAllocator, SlotHint};
 use crate::observe::stats::{GpuFigures, Stats};
@@ -100,6 +103,8 @@ pub(crate) struct Shared {
     encoder: Option<GpuEncoder>,
     /// What [`BackendInfo::encoder`] and `encoder_reason` say.
     encoder_line: (String, String),
+    /// The loaders' upload of large native frames (`gpu.upload`), with one GPU.
+    uploader: Option<Arc<upload::Uploader>>,
 }
 
 /// A GPU encoder with its library loaded.
@@ -372,6 +377,10 @@ impl Shared {
             codecs: self.codecs.short(),
             frames_gpu_decoded: self.gpu_decoded.load(Ordering::Relaxed),
             frames_decode_fallback: self.decode_fallbacks.load(Ordering::Relaxed),
+            frames_uploaded: self
+                .uploader
+                .as_ref()
+                .map_or(0, |u| u.frames.load(Ordering::Relaxed)),
             encoder: match &self.encoder {
                 None => "CPU".into(),
                 Some(GpuEncoder::Png { deflater, .. }) => format!("GPU, {}", deflater.describe()),
@@ -599,6 +608,21 @@ impl CudaBackend {
         for line in codecs.describe() {
             tracing::info!("decode: {line}");
         }
+        // One GPU only: the loader does not know which GPU's worker will render the frame.
+        let uploader = match (&devices[..], &modules[..]) {
+            ([device], [module])
+                if gpu.upload == GpuUpload::Auto && gpu.transfer != Transfer::Pageable =>
+            {
+                match upload::Uploader::new(device.clone(), module.clone()) {
+                    Ok(u) => Some(Arc::new(u)),
+                    Err(e) => {
+                        tracing::warn!("the loaders will not upload frames to the GPU: {e}");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             frames: devices.iter().map(|_| AtomicU64::new(0)).collect(),
             devices,
@@ -614,6 +638,7 @@ impl CudaBackend {
             decode_calls: Calls::default(),
             encoder,
             encoder_line,
+            uploader,
         });
         shared.publish();
         Ok(CudaBackend {
@@ -749,6 +774,13 @@ impl Backend for CudaBackend {
         self.shared.codecs.offer(sample);
     }
 
+    fn uploader(&self) -> Option<Arc<dyn crate::backend::FrameUpload>> {
+        self.shared
+            .uploader
+            .clone()
+            .map(|u| u as Arc<dyn crate::backend::FrameUpload>)
+    }
+
     fn ring_batches(&self) -> usize {
         match &self.shared.encoder {
             Some(GpuEncoder::Png { .. }) => self.ring_batches,
@@ -789,6 +821,9 @@ impl Backend for CudaBackend {
     }
 
     fn finish(&self) {
+        if let Some(u) = &self.shared.uploader {
+            u.said();
+        }
         let (sync, stream, pinned) = decode::alloc::calls();
         if sync + stream + pinned > 0 {
             let [t_sync, t_stream, t_pinned, t_free] = decode::alloc::millis();

@@ -22,6 +22,7 @@ pub fn source() -> String {
         include_str!("../../../kernels/zlib.cu"),
         include_str!("../../../kernels/fdeflate.cu"),
         include_str!("../../../kernels/probes.cu"),
+        include_str!("../../../kernels/pull.cu"),
     ] {
         for line in part.lines() {
             if !line.trim_start().starts_with("#include \"common.cuh\"") {

@@ -261,6 +261,8 @@ enum Source {
     Slot,
     /// In device memory, decoded there by a GPU codec.
     Device(u64),
+    /// In device memory, where the loader uploaded them (`Slot::on_device`, upload.rs).
+    Uploaded(u64),
 }
 
 /// Queues `png_filter_rows` (kernels/png.cu): the frame's pixels at `pixels` as rows filtered
@@ -436,7 +438,7 @@ impl CudaWorker {
         in_bytes: usize,
         out_bytes: usize,
     ) -> Result<Io, CudaError> {
-        if let Source::Device(input) = source {
+        if let Source::Device(input) | Source::Uploaded(input) = source {
             let output = match strategy {
                 Strategy::ZeroCopy => slot.output.device_ptr(),
                 Strategy::Pinned | Strategy::Pageable => {
@@ -1350,8 +1352,23 @@ impl CudaWorker {
                 self.ev_done.record(&self.stream)?;
                 self.ev_done.synchronize()
             }
-            Source::Slot => self.stream.synchronize(),
+            Source::Slot | Source::Uploaded(_) => self.stream.synchronize(),
         }
+    }
+
+    /// Copies a frame's values that a loader uploaded (`slot.on_device`) back into the slot,
+    /// for code that reads them on the host.
+    fn values_to_slot(&self, plan: &FramePlan, slot: &mut Slot) -> Result<(), RenderError> {
+        let Some(values) = slot.on_device.take() else {
+            return Ok(());
+        };
+        let cuda = RenderError::Cuda;
+        self.shared.devices[self.device_slot].bind().map_err(cuda)?;
+        let bytes = plan.input_bytes();
+        let dst = slot.input.bytes_mut(bytes).as_mut_ptr();
+        // SAFETY: the slot holds `bytes`; the stream is synchronized before it is read.
+        unsafe { driver::copy_dtoh_async(dst, values, bytes, &self.stream) }.map_err(cuda)?;
+        self.stream.synchronize().map_err(cuda)
     }
 
     /// Time between the completed events `a` and `b` of this frame.
@@ -1454,6 +1471,12 @@ impl CudaWorker {
         // Overlays are drawn on the rendering before the operators (which the host cannot do
         // after the GPU applied them): such frames, rare, render on the CPU reference too.
         let overlay_under_ops = plan.overlay.is_some() && plan.ops.is_some();
+        if deep || overlay_under_ops || plan.overlay.is_some() {
+            // The loaders upload only frames the GPU renders from their values (upload.rs);
+            // should one reach the host's code anyway, its values come back first.
+            self.values_to_slot(plan, slot)
+                .map_err(|e| self.on_gpu(e))?;
+        }
         if deep || overlay_under_ops {
             return self.cpu.render(plan, slot);
         }
@@ -1755,7 +1778,10 @@ impl CudaWorker {
         plan: &mut std::borrow::Cow<'_, FramePlan>,
         slot: &mut Slot,
     ) -> Result<RenderOutcome, RenderError> {
-        let mut source = Source::Slot;
+        let mut source = match slot.on_device {
+            Some(values) => Source::Uploaded(values),
+            None => Source::Slot,
+        };
         let mut decode_time = Duration::ZERO;
         let mut together = false;
         let mut nvjpeg = false;
