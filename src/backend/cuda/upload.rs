@@ -21,6 +21,14 @@
 //! (~50 GB/s for the SMs' reads of host memory), so each waits 0.4–0.9 ms a frame for the GPU
 //! to take its chunks; more blocks per pull or more hardware queues changed nothing.
 //!
+//! Why a loader waits for its pull to finish before it hands the slot on: a pull kernel waits
+//! for its loader, and the driver maps more streams than it has hardware queues (8 by default)
+//! onto shared queues, so a pull can sit behind another loader's. While every loader feeds the
+//! one pull it launched and waits for nothing else, the pull at the head of each queue always
+//! progresses. A build that handed the slot on at once (the worker's stream waiting on an event
+//! after the pull, 48 staging chunks so loaders rarely wait) broke that: a loader could wait for
+//! ring space behind a pull stuck behind another's, and 1000 × 2000² hung (session 26).
+//!
 //! Only frames of [`MIN_UPLOAD_BYTES`] and more go this way (small frames are cheap to read and
 //! their count would make the launches the cost), on a backend with one GPU, for chains the GPU
 //! renders from the stored values (grayscale and window channels up to 16 bits, no overlay).
