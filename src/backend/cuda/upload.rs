@@ -346,8 +346,11 @@ impl FrameUpload for Uploader {
                     Err(UploadError::Read(e))
                 }
                 Err(UploadError::Gpu(why)) => {
-                    // A kernel may still be waiting on this ring: it is never used or freed
-                    // again (its stream's drop would wait for that kernel).
+                    // A kernel may still wait on this ring, or not have started (queued behind
+                    // another): told to stop, it ends when it runs instead of holding its
+                    // hardware queue for ever. The ring is never used or freed again (its
+                    // stream's drop would wait for that kernel).
+                    channel.counter(STOP).store(1, Ordering::Release);
                     std::mem::forget(channel);
                     Err(UploadError::Gpu(why))
                 }
