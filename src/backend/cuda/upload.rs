@@ -6,18 +6,18 @@
 //!
 //! Why: at 2000² the GPU PNG pipeline was bound by host memory traffic, 24 MB per 8 MB slice
 //! (the page cache read, the slot written, the GPU reading the slot over PCIe). Here the frame
-//! is read from the page cache once and the staging chunks stay in the CPU's caches, where the
-//! GPU's reads find them. Measured on the H200 host, 14 threads, 1000 files of 8 MB in
+//! is read from the page cache once, and the staging chunks are small enough to stay in the CPU's
+//! caches (1 MiB per loader), where the GPU's reads can find them. Measured on the H200 host, 14 threads, 1000 files of 8 MB in
 //! `/dev/shm` (ad hoc, session 26): 5669–6052 files/s into device memory this way, against
 //! 4408–4974 reading into page-locked memory and copying with `cuMemcpyHtoDAsync`; registering
 //! the page cache (`cuMemHostRegister` on a mapping of the file) managed 1207–1938, since the
 //! registrations serialize. A copy per chunk from each loader (session 25's attempt) made a
 //! quarter of a million driver calls a second and lost; here a frame costs one launch.
 //!
-//! In the pipeline the gain is smaller than in isolation (H200, 1000 × 2000², pipeline
-//! slices/s, alternating with `gpu.upload = "off"` in three calls): GPU PNG 4164–4504 against
-//! 3331–4299, ahead in every pair by 3–28 %; the CUDA backend with the writers compressing
-//! 2085–2487 against 2069–2289. While they read, the 14 loaders ask for more than PCIe carries
+//! In the pipeline the gain is smaller than in isolation (1000 × 2000², pipeline slices/s, runs
+//! next to `gpu.upload = "off"` in four calls, three on the H200 and one on an H100): GPU PNG
+//! 4164–4504 against 3331–4566, ahead by 3–28 % in all pairings but one (−2 %); the CUDA backend
+//! with the writers compressing 2085–2629 against 2069–2289, −1 to +16 %. While they read, the 14 loaders ask for more than PCIe carries
 //! (~50 GB/s for the SMs' reads of host memory), so each waits 0.4–0.9 ms a frame for the GPU
 //! to take its chunks; more blocks per pull or more hardware queues changed nothing.
 //!
