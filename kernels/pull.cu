@@ -2,9 +2,10 @@
 // reads the frame from its file in chunks into a few page-locked, mapped staging chunks of its
 // own; this kernel, one block launched per frame on the loader's stream, copies each chunk to
 // the frame's device memory as soon as the loader says it is there, and says when it is done
-// with it. Each of the launch's blocks copies its share of every chunk. No driver call per chunk (a copy per chunk from 14 loaders at once serialized in the
-// driver: BENCHMARKS.md, "Loaders that upload"), and the frame crosses host memory once: the
-// staging chunks stay in the CPU's caches, where the GPU's reads find them.
+// with it. Each of the launch's blocks copies its share of every chunk. No driver call per
+// chunk (a copy per chunk from 14 loaders at once serialized in the driver: BENCHMARKS.md,
+// "Loaders that upload"), and the frame is never written to a slot: the staging chunks are
+// small enough to stay in the CPU's caches, where the GPU's reads can find them.
 //
 // `ctrl` is mapped host memory, 64-bit counters on cache lines of their own (in words):
 //   [0]          chunks the loader has produced so far (ever, on this staging ring),

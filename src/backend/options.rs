@@ -92,8 +92,8 @@ impl GpuDecodeStart {
 #[serde(rename_all = "lowercase")]
 pub enum GpuUpload {
     /// The loaders read frames of 3 MiB and more straight into GPU memory through small
-    /// page-locked chunks that a kernel pulls (backend/cuda/upload.rs), on one GPU; the
-    /// frame crosses host memory once instead of three times.
+    /// page-locked chunks that a kernel pulls (backend/cuda/upload.rs), on one GPU: the
+    /// frame is read from the page cache once and never written to a slot.
     Auto,
     /// Every frame is read into its slot, and the render worker moves it.
     Off,
