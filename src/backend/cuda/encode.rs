@@ -23,7 +23,9 @@
 
 use std::sync::Arc;
 
-use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
+use super::driver::{
+    self, Args, CudaError, DeviceBuffer, Event, Function, HostMapped, Module, Stream,
+};
 use super::nvcomp::{Format, Nvcomp};
 
 /// The Adler-32 chunk (any size below 2^24 works; 64 KiB makes one block per chunk).
@@ -227,34 +229,17 @@ const FD_SLICE_BYTES: usize = 40;
 /// asynchronous (a pageable source may make the driver wait for the stream), with the event
 /// that says the last copy from it is done.
 struct Staging {
-    ptr: *mut u8,
-    len: usize,
+    host: HostMapped,
     copied: Event,
-    /// Bound before the allocation is freed (a thread may have no current context then).
+    /// Bound before the event is waited for (a thread may have no current context then).
     device: Arc<super::driver::Device>,
 }
 
-// SAFETY: the allocation is owned by this value alone (like a Box<[u8]>); the CUDA calls on it
-// are thread-safe.
-unsafe impl Send for Staging {}
-
 impl Staging {
     fn new(stream: &Stream, len: usize) -> Result<Staging, CudaError> {
-        stream.device.bind()?;
-        // SAFETY: freed exactly once: in Drop, or below when the event cannot be made.
-        let (ptr, _) = unsafe { driver::alloc_host_mapped(len) }?;
-        let copied = match Event::new(&stream.device) {
-            Ok(ev) => ev,
-            Err(err) => {
-                // SAFETY: ptr came from alloc_host_mapped just above and is not kept.
-                unsafe { driver::free_host(ptr) };
-                return Err(err);
-            }
-        };
         Ok(Staging {
-            ptr,
-            len,
-            copied,
+            host: HostMapped::new(&stream.device, len)?,
+            copied: Event::new(&stream.device)?,
             device: stream.device.clone(),
         })
     }
@@ -262,11 +247,10 @@ impl Staging {
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        // A copy may still read it: wait first (errors leave nothing better to do).
+        // A copy may still read it: wait first (errors leave nothing better to do); `host` is
+        // freed after this.
         let _ = self.device.bind();
         let _ = self.copied.synchronize();
-        // SAFETY: ptr came from alloc_host_mapped and is freed once, here.
-        unsafe { driver::free_host(self.ptr) };
     }
 }
 
@@ -407,7 +391,11 @@ impl GpuPng {
         let cap = inputs.iter().map(|i| i.cap).max().unwrap_or(0);
         let slot = aligned(cap + 16);
         let packed = driver::ensure_buffer(&mut self.packed, &stream, slot * n).map_err(cuda)?;
-        if self.staging.as_ref().is_none_or(|s| s.len < desc_len) {
+        if self
+            .staging
+            .as_ref()
+            .is_none_or(|s| s.host.len() < desc_len)
+        {
             self.staging = None;
             self.staging = Some(Staging::new(&stream, desc_len).map_err(cuda)?);
         }
@@ -433,8 +421,8 @@ impl GpuPng {
         // now (synchronized above); the copy below reads it until `copied` completes, which
         // the next call and Drop wait for.
         unsafe {
-            std::ptr::copy_nonoverlapping(desc.as_ptr(), staging.ptr, desc.len());
-            driver::copy_htod_async(tables, staging.ptr, desc.len(), &stream)
+            std::ptr::copy_nonoverlapping(desc.as_ptr(), staging.host.as_ptr(), desc.len());
+            driver::copy_htod_async(tables, staging.host.as_ptr(), desc.len(), &stream)
         }
         .map_err(cuda)?;
         if let Err(e) = staging.copied.record(&stream) {

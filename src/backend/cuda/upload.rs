@@ -41,7 +41,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::driver::{self, Args, CudaError, Device, DeviceBuffer, Function, Module, Stream};
+use super::driver::{
+    self, Args, CudaError, Device, DeviceBuffer, Function, HostMapped, Module, Stream,
+};
 use crate::backend::{FrameUpload, UploadError};
 use crate::memory::Slot;
 use crate::render::plan::{Chain, FramePlan};
@@ -68,35 +70,6 @@ const PRODUCED: usize = 0;
 const STOP: usize = 8;
 const CONSUMED: usize = 16;
 
-/// Page-locked host memory mapped for the GPU, freed on drop.
-struct HostMapped {
-    ptr: *mut u8,
-    device: u64,
-    len: usize,
-}
-
-// SAFETY: HostMapped exclusively owns its allocation; the driver's page-locked memory may be
-// used and freed from any thread.
-unsafe impl Send for HostMapped {}
-
-impl HostMapped {
-    fn new(len: usize) -> Result<HostMapped, CudaError> {
-        // SAFETY: freed exactly once, in Drop.
-        let (ptr, device) = unsafe { driver::alloc_host_mapped(len)? };
-        // SAFETY: the allocation holds len bytes; zeroed so the counters start at 0.
-        unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        Ok(HostMapped { ptr, device, len })
-    }
-}
-
-impl Drop for HostMapped {
-    fn drop(&mut self) {
-        // SAFETY: allocated by alloc_host_mapped in `new`; no kernel reads it any more (the
-        // channel's stream, dropped first, waited for its kernels).
-        unsafe { driver::free_host(self.ptr) };
-    }
-}
-
 /// A loader's staging ring: its stream, chunks and control block.
 struct Channel {
     // Field order matters: the stream (whose drop waits for its kernels) goes first.
@@ -105,8 +78,6 @@ struct Channel {
     ctrl: HostMapped,
     /// Chunks this loader has produced on this ring (the kernel's `first`).
     produced: u64,
-    /// Blocks per pull.
-    blocks: usize,
     /// Time spent waiting for the GPU to take chunks, since the ring was last given back.
     waited: Duration,
 }
@@ -115,26 +86,25 @@ impl Channel {
     fn new(device: &Arc<Device>) -> Result<Channel, CudaError> {
         Ok(Channel {
             stream: Stream::new(device)?,
-            staging: HostMapped::new(CHUNK * STAGING_CHUNKS)?,
-            ctrl: HostMapped::new(4096)?,
+            staging: HostMapped::new(device, CHUNK * STAGING_CHUNKS)?,
+            ctrl: HostMapped::new(device, 4096)?,
             produced: 0,
-            blocks: BLOCKS,
             waited: Duration::ZERO,
         })
     }
 
     fn counter(&self, word: usize) -> &AtomicU64 {
-        debug_assert!((word + 1) * 8 <= self.ctrl.len);
+        debug_assert!((word + 1) * 8 <= self.ctrl.len());
         // SAFETY: the control block is page-aligned and 4 KiB long, so the word is aligned and
         // inside it; the GPU writes it only with whole, aligned 64-bit stores.
-        unsafe { &*(self.ctrl.ptr as *const AtomicU64).add(word) }
+        unsafe { &*(self.ctrl.as_ptr() as *const AtomicU64).add(word) }
     }
 
     /// Waits until `done` holds for the kernel's consumed count: spinning briefly, then
     /// yielding the core (the loaders share cores with the writers).
     /// Chunks every block has consumed.
     fn consumed(&self) -> u64 {
-        (0..self.blocks)
+        (0..BLOCKS)
             .map(|b| self.counter(CONSUMED + 8 * b).load(Ordering::Acquire))
             .min()
             .unwrap_or(0)
@@ -172,7 +142,7 @@ impl Channel {
             .synchronize()
             .map_err(|e| UploadError::Gpu(e.to_string()))?;
         self.counter(STOP).store(0, Ordering::Relaxed);
-        for b in 0..self.blocks {
+        for b in 0..BLOCKS {
             self.counter(CONSUMED + 8 * b)
                 .store(self.produced, Ordering::Release);
         }
@@ -191,14 +161,14 @@ impl Channel {
         let gpu = |e: CudaError| UploadError::Gpu(e.to_string());
         let first = self.produced;
         let args = Args::default()
-            .u64(self.ctrl.device)
-            .u64(self.staging.device)
+            .u64(self.ctrl.device_ptr())
+            .u64(self.staging.device_ptr())
             .u64(CHUNK as u64)
             .u32(STAGING_CHUNKS as u32)
             .u64(first)
             .u64(dst)
             .u64(len as u64);
-        driver::launch(kernel, self.blocks as u32, THREADS, 0, &self.stream, args).map_err(gpu)?;
+        driver::launch(kernel, BLOCKS as u32, THREADS, 0, &self.stream, args).map_err(gpu)?;
         for (j, at) in (0..len).step_by(CHUNK).enumerate() {
             let produced = first + j as u64;
             self.wait(|consumed| produced - consumed < STAGING_CHUNKS as u64)?;
@@ -206,7 +176,8 @@ impl Channel {
             let place = (produced % STAGING_CHUNKS as u64) as usize * CHUNK;
             // SAFETY: place + n ≤ the staging length; the kernel has consumed this staging
             // chunk (the wait above) and reads it again only after the counter below moves.
-            let chunk = unsafe { std::slice::from_raw_parts_mut(self.staging.ptr.add(place), n) };
+            let chunk =
+                unsafe { std::slice::from_raw_parts_mut(self.staging.as_ptr().add(place), n) };
             if let Err(e) = file.read_exact_at(chunk, offset + at as u64) {
                 self.abort()?;
                 return Err(UploadError::Read(e));

@@ -44,6 +44,66 @@ pub unsafe fn free_host(p: *mut u8) {
     }
 }
 
+/// Page-locked host memory mapped for the GPU ([`alloc_host_mapped`]), zeroed, owned: freed on
+/// drop (with the device's context bound first: the dropping thread may have none). Its owner
+/// makes sure no copy or kernel still touches it then.
+pub struct HostMapped {
+    ptr: *mut u8,
+    device_ptr: u64,
+    len: usize,
+    device: std::sync::Arc<super::Device>,
+}
+
+// SAFETY: HostMapped exclusively owns its allocation (like a Box<[u8]>); page-locked memory may be
+// used and freed from any thread.
+unsafe impl Send for HostMapped {}
+
+impl HostMapped {
+    pub fn new(
+        device: &std::sync::Arc<super::Device>,
+        len: usize,
+    ) -> Result<HostMapped, CudaError> {
+        device.bind()?;
+        // SAFETY: freed exactly once, in Drop.
+        let (ptr, device_ptr) = unsafe { alloc_host_mapped(len)? };
+        // SAFETY: the allocation holds at least len bytes.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        Ok(HostMapped {
+            ptr,
+            device_ptr,
+            len,
+            device: device.clone(),
+        })
+    }
+
+    /// Host address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The address kernels use.
+    pub fn device_ptr(&self) -> u64 {
+        self.device_ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for HostMapped {
+    fn drop(&mut self) {
+        let _ = self.device.bind();
+        // SAFETY: from alloc_host_mapped in `new`, freed once; the owner guarantees that nothing
+        // on the GPU uses it any more.
+        unsafe { free_host(self.ptr) };
+    }
+}
+
 /// Ordinary anonymous memory, aligned to 2 MiB with transparent huge pages requested and every
 /// page faulted in, that can then be page-locked and mapped for the GPU with
 /// `cuMemHostRegister` — an alternative to `cuMemHostAlloc` whose cost `bench transfer`

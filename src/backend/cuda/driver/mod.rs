@@ -21,7 +21,7 @@ use cudarc::nvrtc::Ptx;
 mod mapped;
 mod raw;
 
-pub use mapped::{alloc_host_mapped, free_host, MappedRegion};
+pub use mapped::{alloc_host_mapped, free_host, HostMapped, MappedRegion};
 pub use raw::{
     copy_2d_dtod_async, copy_dtoh_async, copy_htod_async, memset_u32_async, pool_stats,
     set_release_threshold, PoolStats,
