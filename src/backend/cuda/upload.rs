@@ -4,22 +4,23 @@
 //! loader's stream, copies each chunk into device memory kept for the frame's slot as soon as
 //! the loader has written it. The render worker then reads the frame from device memory.
 //!
-//! Why: at 2000² the GPU PNG pipeline was bound by host memory traffic, 24 MB per 8 MB slice
-//! (the page cache read, the slot written, the GPU reading the slot over PCIe). Here the frame
-//! is read from the page cache once, and the staging chunks are small enough to stay in the CPU's
-//! caches (1 MiB per loader), where the GPU's reads can find them. Measured on the H200 host, 14 threads, 1000 files of 8 MB in
-//! `/dev/shm` (ad hoc, session 26): 5669–6052 files/s into device memory this way, against
-//! 4408–4974 reading into page-locked memory and copying with `cuMemcpyHtoDAsync`; registering
-//! the page cache (`cuMemHostRegister` on a mapping of the file) managed 1207–1938, since the
-//! registrations serialize. A copy per chunk from each loader (session 25's attempt) made a
-//! quarter of a million driver calls a second and lost; here a frame costs one launch.
+//! Why: at 2000² the GPU PNG pipeline was bound by host memory traffic, 24 MB per 8 MB slice (the
+//! page cache read, the slot written, the GPU reading the slot over PCIe). Here the frame is read
+//! from the page cache once, and the staging chunks are small enough to stay in the CPU's caches
+//! (1 MiB per loader), where the GPU's reads can find them. Measured on the H200 host, 14 threads,
+//! 1000 files of 8 MB in `/dev/shm` (ad hoc, session 26): 5669–6052 files/s into device memory this
+//! way, against 4408–4974 reading into page-locked memory and copying with `cuMemcpyHtoDAsync`;
+//! registering the page cache (`cuMemHostRegister` on a mapping of the file) managed 1207–1938,
+//! since the registrations serialize. A copy per chunk from each loader (session 25's attempt) made
+//! a quarter of a million driver calls a second and lost; here a frame costs one launch.
 //!
 //! In the pipeline the gain is smaller than in isolation (1000 × 2000², pipeline slices/s, runs
 //! next to `gpu.upload = "off"` in four calls, three on the H200 and one on an H100): GPU PNG
 //! 4164–4504 against 3331–4566, ahead by 3–28 % in all pairings but one (−2 %); the CUDA backend
-//! with the writers compressing 2085–2629 against 2069–2289, −1 to +16 %. While they read, the 14 loaders ask for more than PCIe carries
-//! (~50 GB/s for the SMs' reads of host memory), so each waits 0.4–0.9 ms a frame for the GPU
-//! to take its chunks; more blocks per pull or more hardware queues changed nothing.
+//! with the writers compressing 2085–2629 against 2069–2289, −1 to +16 %. While they read, the 14
+//! loaders ask for more than PCIe carries (~50 GB/s for the SMs' reads of host memory), so each
+//! waits 0.4–0.9 ms a frame for the GPU to take its chunks; more blocks per pull or more hardware
+//! queues changed nothing.
 //!
 //! Why a loader waits for its pull to finish before it hands the slot on: a pull kernel waits
 //! for its loader, and the driver maps more streams than it has hardware queues (8 by default)
@@ -30,10 +31,12 @@
 //! ring space behind a pull stuck behind another's, and 1000 × 2000² hung (session 26).
 //!
 //! Only frames of [`MIN_UPLOAD_BYTES`] and more go this way (small frames are cheap to read and
-//! their count would make the launches the cost), on a backend with one GPU, for chains the GPU
-//! renders from the stored values (grayscale and window channels up to 16 bits, no overlay).
-//! A failure on the GPU side (a stall, a launch or an allocation that fails) reads that frame
-//! into the slot as before and stops the uploads for the run, with one warning.
+//! their count makes the launches the cost: with the limit lifted, H200 host, 4000 × 512² GPU PNG
+//! ran at 25 146–29 377 pipeline slices/s against 25 576–39 270, with 1 to 8 blocks per pull,
+//! though the loaders waited 0.0 ms a frame; session 27), on a backend with one GPU, for chains the
+//! GPU renders from the stored values (grayscale and window channels up to 16 bits, no overlay). A
+//! failure on the GPU side (a stall, a launch or an allocation that fails) reads that frame into
+//! the slot as before and stops the uploads for the run, with one warning.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
