@@ -167,9 +167,10 @@ pub struct GpuOptions {
     /// only read and write, and more workers keep them fed (H200 host: 16 000 × 512² +20–23 %
     /// pipeline slices/s on 4 streams against 2, 4000 × 1024² +4–15 %; at 2000² 4–9 % fewer, so
     /// larger frames keep `streams`; BENCHMARKS.md, "GPU encoders"). More do not help: at 4000 ×
-    /// 512², 8 streams, or 8 or 12 render workers sharing 4 streams, ran 25 244–28 305 pipeline
-    /// slices/s against 4 streams' 33 482–40 617 (session 27). At least `streams`. Under `backend =
-    /// "auto"` the render workers are also at least a quarter of the cores.
+    /// 512², 8 streams, or (an ad hoc build) 8 or 12 render workers sharing 4 streams, ran
+    /// 25 244–28 305 pipeline slices/s against 4 streams' 33 482–40 617 (session 27). At least
+    /// `streams`. Under `backend = "auto"` the render workers are also at least a quarter of the
+    /// cores.
     pub encode_streams: usize,
     /// Who compresses PNG and JPEG output when the CUDA backend renders.
     pub encode: GpuEncodeChoice,
