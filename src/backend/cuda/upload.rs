@@ -31,8 +31,8 @@
 //! ring space behind a pull stuck behind another's, and 1000 × 2000² hung (session 26).
 //!
 //! Only frames of [`MIN_UPLOAD_BYTES`] and more go this way (small frames are cheap to read and
-//! their count would make the launches the cost: with the limit lifted, H200 host, 4000 × 512² GPU PNG
-//! ran at 25 146–29 377 pipeline slices/s against 25 576–39 270, with 1 to 8 blocks per pull,
+//! their count would make the launches the cost: with the limit lifted, H200 host, 4000 × 512² GPU
+//! PNG ran at 25 146–29 377 pipeline slices/s against 25 576–39 270, with 1 to 8 blocks per pull,
 //! though the loaders waited 0.0 ms a frame; session 27), on a backend with one GPU, for chains the
 //! GPU renders from the stored values (grayscale and window channels up to 16 bits, no overlay). A
 //! failure on the GPU side (a stall, a launch or an allocation that fails) reads that frame into
