@@ -33,7 +33,7 @@ use dicom_encoding::transfer_syntax::{Codec, TransferSyntaxIndex};
 use dicom_object::{DefaultDicomObject, DicomCollectorOptions, InMemDicomObject, OpenFileOptions};
 use dicom_transfer_syntax_registry::TransferSyntaxRegistry;
 
-pub use info::ImageInfo;
+pub use info::{ImageInfo, NamingValues};
 pub use options::{Damaged, DecodeOptions};
 pub use probe::{probe, Probe};
 
@@ -269,6 +269,16 @@ pub fn naming_values(
 impl ImageFile {
     /// Opens a file found by [`probe`] to be DICOM, reading its header (not its pixels).
     pub fn open(path: &Path, kind: Probe, limits: DecodeLimits) -> Result<ImageFile, DecodeError> {
+        Self::open_with(path, kind, limits, NamingValues::Read)
+    }
+
+    /// [`open`](Self::open), with the naming values read or not.
+    pub fn open_with(
+        path: &Path,
+        kind: Probe,
+        limits: DecodeLimits,
+        naming: NamingValues,
+    ) -> Result<ImageFile, DecodeError> {
         let Header {
             object: header,
             ts,
@@ -280,7 +290,7 @@ impl ImageFile {
             len,
         } = read_header(path, kind, limits)?;
         let dataset = header.dataset();
-        let mut info = ImageInfo::from_object(dataset, &ts).map_err(fail)?;
+        let mut info = ImageInfo::from_object_with(dataset, &ts, naming).map_err(fail)?;
         warnings.append(&mut info.warnings);
         info.warnings = warnings;
         if native_byte_order(&info.transfer_syntax).is_none() && !is_deflate(&info.transfer_syntax)

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::backend::{BatchFrame, Encoded, RenderWorker, UploadError};
 use crate::decode::compressed::{self, EncodedFrame, FrameCoding, GpuStart, Sample};
 use crate::decode::info::SourceHeader;
-use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo};
+use crate::decode::{DecodeError, DecodeLimits, ImageFile, ImageInfo, NamingValues};
 use crate::error::Stage;
 use crate::memory::{Slot, TakeOr};
 use crate::observe::stats::StageId;
@@ -89,7 +89,13 @@ pub(crate) fn scan_stage(
     let mut last = Instant::now();
     let out_dir = ctx.job.output.dir.as_path();
     let mut listing = sources.list(Some(out_dir), &ctx.cancel);
-    ctx.outputs.set_inputs(listing.take_input_files());
+    let inputs = listing.take_input_files();
+    tracing::info!(
+        "listed {} input file(s) in {:.1} ms",
+        inputs.len(),
+        last.elapsed().as_secs_f64() * 1e3
+    );
+    ctx.outputs.set_inputs(inputs);
     if ctx.job.output.naming == Naming::Mirror {
         let frame_like = listing
             .files()
@@ -505,7 +511,12 @@ fn load_file(
         max_frame_bytes: ctx.job.pipeline.max_frame_bytes,
         damaged: ctx.job.decode.damaged,
     };
-    let mut file = match ImageFile::open(&c.path, c.kind.clone(), limits) {
+    // The output name is the scan's unless a pattern still has to be filled in from the header.
+    let naming = match (&c.base, &ctx.job.output.naming) {
+        (None, Naming::Pattern(_)) => NamingValues::Read,
+        _ => NamingValues::Skip,
+    };
+    let mut file = match ImageFile::open_with(&c.path, c.kind.clone(), limits, naming) {
         Ok(f) => f,
         Err(DecodeError::Skip(reason)) => {
             let _ = events.send(Event::Skipped {
