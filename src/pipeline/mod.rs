@@ -23,7 +23,7 @@ use crate::error::FatalError;
 use crate::observe::stats::{Stats, ThreadLayout};
 use crate::observe::trace::Tracer;
 use crate::source::live::{Done, FeedReceiver};
-use crate::source::Sources;
+use crate::source::{ListingAhead, Sources};
 use options::{Job, Layout, PipelineOptions};
 
 use crate::memory::SlotPool;
@@ -195,6 +195,21 @@ fn spawn_named<'scope, 'env>(
 /// Refuses an output folder that is one of the input folders: the outputs would be mixed with
 /// the inputs, and the scan (which never enters the output folder) would find nothing. An
 /// output folder inside an input folder is fine: the scan lists it as skipped.
+/// Makes the output folder of a run over `sources`, unless it is one of the input folders:
+/// the pipeline does it first, and `run` before it starts the backend, so that the listing
+/// made meanwhile ([`ListingAhead`]) leaves it out.
+pub fn prepare_output_dir(job: &Job, sources: &Sources) -> Result<(), FatalError> {
+    check_output_dir(&job.output.dir, &sources.roots())?;
+    create_output_dir(job)
+}
+
+fn create_output_dir(job: &Job) -> Result<(), FatalError> {
+    std::fs::create_dir_all(&job.output.dir).map_err(|source| FatalError::OutputDir {
+        path: job.output.dir.clone(),
+        source,
+    })
+}
+
 fn check_output_dir(out: &std::path::Path, inputs: &[PathBuf]) -> Result<(), FatalError> {
     let Ok(out_meta) = std::fs::metadata(out) else {
         return Ok(()); // not there yet: no input can be it
@@ -218,8 +233,9 @@ fn check_output_dir(out: &std::path::Path, inputs: &[PathBuf]) -> Result<(), Fat
 
 /// Where a run's inputs come from.
 enum Inputs<'a> {
-    /// Files and folders walked once (all, a shard, or a manifest's shard).
-    Sources(&'a Sources),
+    /// Files and folders walked once (all, a shard, or a manifest's shard), perhaps listed
+    /// already.
+    Sources(&'a Sources, Option<ListingAhead>),
     /// Inputs that arrive while the run goes on; each one's outcome goes to `done`.
     Live {
         feed: &'a FeedReceiver,
@@ -229,7 +245,7 @@ enum Inputs<'a> {
 
 /// What the scan stage reads.
 enum Scan<'a> {
-    Walk(&'a Sources),
+    Walk(&'a Sources, Option<ListingAhead>),
     Feed(&'a FeedReceiver),
 }
 
@@ -260,14 +276,15 @@ pub fn run(
     tracer: Option<Arc<Tracer>>,
 ) -> Result<RunResult, FatalError> {
     let sources = Sources::walk(inputs);
-    run_sources(job, &sources, backend, stats, cancel, tracer)
+    run_sources(job, &sources, None, backend, stats, cancel, tracer)
 }
 
 /// [`run`] over `sources`: every file under some inputs, one shard of them, or one shard of a
-/// manifest.
+/// manifest. `ahead`: their listing, started before the backend (see [`prepare_output_dir`]).
 pub fn run_sources(
     job: &Job,
     sources: &Sources,
+    ahead: Option<ListingAhead>,
     backend: Arc<dyn Backend>,
     stats: Arc<Stats>,
     cancel: Arc<AtomicBool>,
@@ -275,7 +292,7 @@ pub fn run_sources(
 ) -> Result<RunResult, FatalError> {
     run_inputs(
         job,
-        Inputs::Sources(sources),
+        Inputs::Sources(sources, ahead),
         backend,
         stats,
         cancel,
@@ -299,13 +316,10 @@ fn run_inputs(
             job.pipeline.loaders
         );
     }
-    if let Inputs::Sources(sources) = &inputs {
-        check_output_dir(&job.output.dir, &sources.roots())?;
+    match &inputs {
+        Inputs::Sources(sources, _) => prepare_output_dir(job, sources)?,
+        Inputs::Live { .. } => create_output_dir(job)?,
     }
-    std::fs::create_dir_all(&job.output.dir).map_err(|source| FatalError::OutputDir {
-        path: job.output.dir.clone(),
-        source,
-    })?;
     let pool = SlotPool::new(sizing.slots, 0, 0, backend.allocator())
         .map_err(|e| FatalError::Other(format!("cannot allocate the slot ring: {e}")))?;
     backend.attach_stats(stats.clone());
@@ -404,7 +418,7 @@ fn run_inputs(
         .shown_as(job.pipeline.shown_as.clone());
     // What the scan stage reads; a live run's outcomes go to `done` from the collector.
     let scan = match inputs {
-        Inputs::Sources(sources) => Scan::Walk(sources),
+        Inputs::Sources(sources, ahead) => Scan::Walk(sources, ahead),
         Inputs::Live { feed, done } => {
             collector = collector.live(done);
             Scan::Feed(feed)
@@ -427,8 +441,8 @@ fn run_inputs(
         spawn_named(s, "scan".into(), {
             let ev = event_tx.clone();
             match scan {
-                Scan::Walk(sources) => {
-                    Box::new(move || stages::scan_stage(ctx, sources, scan_tx, ev))
+                Scan::Walk(sources, ahead) => {
+                    Box::new(move || stages::scan_stage(ctx, sources, ahead, scan_tx, ev))
                 }
                 Scan::Feed(feed) => {
                     Box::new(move || stages::live_scan_stage(ctx, feed, scan_tx, ev))

@@ -30,7 +30,7 @@ use crate::pipeline::events::{Event, FileMeta};
 use crate::pipeline::Context;
 use crate::render::plan::{plan_frame, FramePlan, Window};
 use crate::source::live::FeedReceiver;
-use crate::source::{self, Candidate, ScanItem, Sources};
+use crate::source::{self, Candidate, ListingAhead, ScanItem, Sources};
 
 /// One frame in flight: its slot, its plan, and where it goes.
 pub(crate) struct InFlight {
@@ -82,19 +82,34 @@ fn send_failure(ctx: &Context, events: &Sender<Event>, event: Event) -> bool {
 pub(crate) fn scan_stage(
     ctx: &Context,
     sources: &Sources,
+    ahead: Option<ListingAhead>,
     tx: Sender<ScanItem>,
     events: Sender<Event>,
 ) {
     let clock = StageClock::new(&ctx.stats, ctx.tracer.clone(), &[StageId::Scan]);
     let mut last = Instant::now();
     let out_dir = ctx.job.output.dir.as_path();
-    let mut listing = sources.list(Some(out_dir), &ctx.cancel);
+    let listed = ahead
+        .filter(|a| a.excludes(out_dir))
+        .and_then(|a| a.take(&ctx.cancel));
+    let (mut listing, ahead) = match listed {
+        Some((listing, took)) => (listing, Some(took)),
+        None => (sources.list(Some(out_dir), &ctx.cancel), None),
+    };
     let inputs = listing.take_input_files();
-    tracing::info!(
-        "listed {} input file(s) in {:.1} ms",
-        inputs.len(),
-        last.elapsed().as_secs_f64() * 1e3
-    );
+    match ahead {
+        Some(took) => tracing::info!(
+            "listed {} input file(s) in {:.1} ms while the backend started ({:.1} ms more here)",
+            inputs.len(),
+            took.as_secs_f64() * 1e3,
+            last.elapsed().as_secs_f64() * 1e3
+        ),
+        None => tracing::info!(
+            "listed {} input file(s) in {:.1} ms",
+            inputs.len(),
+            last.elapsed().as_secs_f64() * 1e3
+        ),
+    }
     ctx.outputs.set_inputs(inputs);
     if ctx.job.output.naming == Naming::Mirror {
         let frame_like = listing

@@ -2,6 +2,7 @@
 //! files by their first bytes, and keep each file's path relative to the folder it was found
 //! under (for mirrored output names).
 
+mod ahead;
 pub mod listen;
 pub mod live;
 pub mod manifest;
@@ -11,6 +12,7 @@ pub mod shard;
 mod walk;
 pub mod watch;
 
+pub use ahead::ListingAhead;
 pub use select::Sources;
 
 use std::collections::HashSet;
