@@ -1,7 +1,8 @@
 //! Which input owns which output, decided so that the answer never depends on thread timing,
 //! and so that no output ever replaces an input.
 //!
-//! * The scan stage lists every input before it hands any on ([`crate::source::list`]), so
+//! * The scan stage lists every input before it hands any on ([`crate::source::list`], or the
+//!   listing `run` started while the backend started: [`crate::source::ListingAhead`]), so
 //!   the device and inode of every input file are known before the first output is written:
 //!   an output whose path is an input (`run d/scan.png -o d`) is refused.
 //! * The scan stage assigns each DICOM file its output name (mirror or pattern) in scan order
