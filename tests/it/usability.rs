@@ -74,6 +74,35 @@ fn a_mistyped_input_path_is_a_usage_error_before_any_work() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// The output folder is made before the backend starts (the inputs are listed meanwhile); a
+/// backend that cannot start leaves none of the folders it made. GPU 63 exists on no machine
+/// that runs these tests; without CUDA the backend fails sooner, the same way.
+#[test]
+fn a_backend_that_cannot_start_leaves_no_output_folder() {
+    let root = tempdir("use-no-backend");
+    let out = root.join("new/out");
+    let s = sample();
+    let o = dicomflow(&[
+        "run",
+        s.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--backend",
+        "cuda",
+        "--gpus",
+        "63",
+        "--no-tui",
+    ]);
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    assert!(err.contains("backend"), "{err}");
+    assert!(
+        !root.join("new").exists(),
+        "the folders made for the output remain"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[test]
 fn an_empty_input_says_so() {
     let root = tempdir("use-empty");

@@ -198,10 +198,30 @@ pub fn execute(
     } = RunFiles::create(report_path.as_deref(), settings.trace.as_deref())?;
     // The inputs are listed while the backend starts (the CUDA backend takes ~240 ms); the
     // output folder first, so that the listing leaves it out.
+    let out_dir = &settings.job.output.dir;
+    // The folders this run is about to make (the output folder and missing parents).
+    let made: Vec<PathBuf> = out_dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(PathBuf::from)
+        .collect();
     dicomflow::pipeline::prepare_output_dir(&settings.job, &sources)?;
-    let ahead = ListingAhead::start(&sources, &settings.job.output.dir);
+    let ahead = ListingAhead::start(&sources, out_dir);
     let backend =
-        dicomflow::pipeline::select_backend_for(&settings.backend, &settings.job, &sources)?;
+        match dicomflow::pipeline::select_backend_for(&settings.backend, &settings.job, &sources) {
+            Ok(backend) => backend,
+            Err(e) => {
+                // A run that never started leaves no empty folder behind (`remove_dir` only
+                // removes empty ones).
+                drop(ahead);
+                for dir in &made {
+                    if std::fs::remove_dir(dir).is_err() {
+                        break;
+                    }
+                }
+                return Err(e.into());
+            }
+        };
     // Kept alive to the end: the process exits without tearing the driver down.
     std::mem::forget(backend.clone());
     let mut process = ProcessTimes {
