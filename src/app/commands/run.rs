@@ -219,7 +219,7 @@ pub fn execute(
                         break;
                     }
                 }
-                return Err(e.into());
+                return Err(e);
             }
         };
     // Kept alive to the end: the process exits without tearing the driver down.
