@@ -192,9 +192,6 @@ fn spawn_named<'scope, 'env>(
         .map_err(|e| FatalError::Other(format!("cannot start thread {name}: {e}")))
 }
 
-/// Refuses an output folder that is one of the input folders: the outputs would be mixed with
-/// the inputs, and the scan (which never enters the output folder) would find nothing. An
-/// output folder inside an input folder is fine: the scan lists it as skipped.
 /// Makes the output folder of a run over `sources`, unless it is one of the input folders:
 /// the pipeline does it first, and `run` before it starts the backend, so that the listing
 /// made meanwhile ([`ListingAhead`]) leaves it out.
@@ -210,6 +207,9 @@ fn create_output_dir(job: &Job) -> Result<(), FatalError> {
     })
 }
 
+/// Refuses an output folder that is one of the input folders: the outputs would be mixed with
+/// the inputs, and the scan (which never enters the output folder) would find nothing. An
+/// output folder inside an input folder is fine: the scan lists it as skipped.
 fn check_output_dir(out: &std::path::Path, inputs: &[PathBuf]) -> Result<(), FatalError> {
     let Ok(out_meta) = std::fs::metadata(out) else {
         return Ok(()); // not there yet: no input can be it

@@ -1,7 +1,7 @@
 //! The listing of a run's inputs, made on a thread of its own while the backend starts.
 //!
 //! Every output waits for the whole listing (no output may replace an input, wherever it lies:
-//! [`Listing`]), and the listing costs 2–3 µs a file: 8–11 ms for 4000 files on the H200 host
+//! [`Listing`]), and the listing costs 2–3 µs a file: 8.5–13 ms for 4000 files on the H200 host
 //! (so about 0.25 s for a folder of 100 000). The CUDA backend takes ~240 ms to start (driver,
 //! device, kernels), during which nothing else ran, so `run` starts the listing first and the
 //! scan stage takes it when the pipeline starts. Splitting a folder's `stat`s among 16 threads
