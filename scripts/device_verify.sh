@@ -236,8 +236,8 @@ if want j2k && [ -d "$stage/decode-data/j2k" ]; then
     say "   j2k 512² x $n $label: rc $rc, $(python3 -c "
 import json; r=json.load(open('$w/r.json')); e=r['result']['elapsed']
 st={s['name']: s for s in r['statistics']['stages']}
-g=st.get('gpu decode', {})
-print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline; gpu decode p50 {g.get(\"p50_ms\", 0):.2f} ms busy {g.get(\"busy_fraction\", 0):.2f}')" 2>/dev/null)"
+busy=' '.join(f\"{k} {v.get('p50_ms', 0):.2f}ms/{v.get('busy_fraction', 0):.2f}\" for k, v in st.items() if v.get('count'))
+print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline; {busy}')" 2>/dev/null)"
     grep -h "allocations" $w/log | tail -1 | tee -a "$summary"
     rm -rf $w/out-$label
   done
