@@ -23,6 +23,13 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 summary=$out/summary.txt
 say() { echo "$*" | tee -a "$summary"; }
+# stages REPORT: each stage of a run's report as "name p50ms/busy fraction".
+stages() {
+  python3 -c "
+import json, sys
+st = json.load(open(sys.argv[1]))['statistics']['stages']
+print(' '.join(f\"{s['name']} {s.get('p50_ms', 0):.2f}ms/{s.get('busy_fraction', 0):.2f}\" for s in st if s.get('count')))" "$1" 2>/dev/null
+}
 want() { [[ ",$sections," == *",$1,"* ]]; }
 # shellcheck source=scripts/stage_unpack.sh
 . "$here/scripts/stage_unpack.sh"
@@ -171,10 +178,8 @@ if want encode; then
       rc=$?; t1=$(date +%s.%N)
       say "   encode ${size}² x $n $label: rc $rc, $(python3 -c "
 import json; r=json.load(open('$w/r.json')); e=r['result']['elapsed']; o=r['result']['totals']['output_bytes']
-st={s['name']: s for s in r['statistics']['stages']}
-busy=' '.join(f\"{k} {v.get('p50_ms', 0):.2f}ms/{v.get('busy_fraction', 0):.2f}\" for k, v in st.items() if v.get('count'))
-print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline, out {o/1e6:.1f} MB; {busy}')
-open('$w/out-bytes', 'w').write(str(o // $n))" 2>/dev/null)"
+print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline, out {o/1e6:.1f} MB')
+open('$w/out-bytes', 'w').write(str(o // $n))" 2>/dev/null); $(stages $w/r.json)"
       rm -rf $w/out-$label
     done
     # ENCODE_IO=1: the file I/O alone on the same files (`bench io`: reads, and reads plus
@@ -235,9 +240,7 @@ if want j2k && [ -d "$stage/decode-data/j2k" ]; then
     rc=$?; t1=$(date +%s.%N)
     say "   j2k 512² x $n $label: rc $rc, $(python3 -c "
 import json; r=json.load(open('$w/r.json')); e=r['result']['elapsed']
-st={s['name']: s for s in r['statistics']['stages']}
-busy=' '.join(f\"{k} {v.get('p50_ms', 0):.2f}ms/{v.get('busy_fraction', 0):.2f}\" for k, v in st.items() if v.get('count'))
-print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline; {busy}')" 2>/dev/null)"
+print(f'{$n/($t1-$t0):.1f} slices/s whole, {$n/e:.1f} pipeline')" 2>/dev/null); $(stages $w/r.json)"
     grep -h "allocations" $w/log | tail -1 | tee -a "$summary"
     rm -rf $w/out-$label
   done
