@@ -1,6 +1,7 @@
 //! The GPU PNG compressor's encoder (`kernels/fdeflate.cu`) compiled as host C++ and run the
-//! way its three launches run it — every row's bit count and Adler-32, the offsets, each row
-//! written at its offset into a zeroed stream with its boundary words OR-ed — against the
+//! way its three launches run it — a warp per row (a lane per 8-byte chunk, the runs of zeros
+//! between chunks by the kernels' scan), every row's bit count and Adler-32, the offsets, each
+//! chunk written at its offset into a zeroed stream with its boundary words OR-ed — against the
 //! `fdeflate` crate fed the same rows, one call per row as the CPU's PNG writer feeds it: the
 //! zlib streams must be identical byte for byte. (The launches themselves need a GPU:
 //! `tests/it/gpu.rs` compares whole files.) Skips, saying why, without `c++`.
@@ -29,29 +30,100 @@ const SHIM: &str = r#"
 /// length-prefixed, to argv[2]; a stream longer than fdeflate's stored size is written empty
 /// (the kernel gives such a slice to the CPU).
 const HARNESS: &str = r#"
+// A row as a warp encodes it: per round of 32 chunks, the pending runs by the kernels'
+// Hillis-Steele scan of the carries (the shuffles as arrays), then each chunk counted and, with
+// `words`, written at its place in the row (lanes in reverse order, so that the OR-ed shared
+// words are really shared), and the row's end. Returns the row's bits.
+static uint64_t warp_row(const FdTables* t, const uint8_t* p, uint32_t nb, uint32_t* words, uint64_t at) {
+    uint32_t chunks = nb / 8, run = 0;
+    uint64_t total = 0;
+    for (uint32_t base = 0; base < chunks; base += 32) {
+        uint64_t c[32];
+        FdCarry f[32], g[32];
+        for (uint32_t lane = 0; lane < 32; lane++) {
+            uint32_t k = base + lane;
+            c[lane] = k < chunks ? fd_load8(p + 8 * (uint64_t)k) : 0;
+            f[lane] = fd_carry(c[lane]);
+            if (k >= chunks) f[lane].value = 0;
+        }
+        for (uint32_t off = 1; off < 32; off <<= 1) {
+            for (uint32_t lane = 0; lane < 32; lane++) g[lane] = lane >= off ? fd_then(f[lane - off], f[lane]) : f[lane];
+            for (uint32_t lane = 0; lane < 32; lane++) f[lane] = g[lane];
+        }
+        uint32_t in[32], bits[32], upto[32];
+        uint64_t sum = 0;
+        for (uint32_t lane = 0; lane < 32; lane++) {
+            FdCarry before = {0, 0};
+            if (lane > 0) before = f[lane - 1];
+            in[lane] = fd_apply(before, run);
+            FdCount count = {0};
+            if (base + lane < chunks) fd_chunk(t, p + 8 * (uint64_t)(base + lane), c[lane], in[lane], count);
+            bits[lane] = (uint32_t)count.bits;
+            upto[lane] = (uint32_t)sum;
+            sum += count.bits;
+        }
+        run = fd_apply(f[31], run);
+        if (words) {
+            for (uint32_t lane = 32; lane-- > 0;) {
+                if (bits[lane] == 0) continue;
+                FdWrite w;
+                w.begin(words, at + total + upto[lane]);
+                fd_chunk(t, p + 8 * (uint64_t)(base + lane), c[lane], in[lane], w);
+                w.end();
+            }
+        }
+        total += sum;
+    }
+    FdCount count = {0};
+    fd_row_end(t, p, nb, run, count);
+    if (words) {
+        FdWrite w;
+        w.begin(words, at + total);
+        fd_row_end(t, p, nb, run, w);
+        w.end();
+    }
+    return total + count.bits;
+}
+
 int main(int argc, char** argv) {
     FILE* f = fopen(argv[1], "rb");
     FILE* o = fopen(argv[2], "wb");
     static FdTables t;
     fd_tables(&t, 0, 1);
+    // The literal tables are fdeflate's code lengths' codes.
+    for (uint32_t s = 0; s < FD_SYMBOLS; s++) {
+        if (FD_CODE[s] != fd_derive_code(s)) {
+            fprintf(stderr, "FD_CODE[%u] is %#x, derived %#x\n", s, FD_CODE[s], fd_derive_code(s));
+            return 3;
+        }
+    }
+    for (uint32_t k = 0; k < 256; k++) {
+        if (FD_RUN[k] != fd_derive_run(k)) {
+            fprintf(stderr, "FD_RUN[%u] is %#x, derived %#x\n", k, FD_RUN[k], fd_derive_run(k));
+            return 4;
+        }
+    }
     uint32_t head[2];
     while (fread(head, 4, 2, f) == 2) {
         uint32_t row_bytes = head[0], rows = head[1];
         std::vector<uint8_t> data((size_t)row_bytes * rows);
         if (fread(data.data(), 1, data.size(), f) != data.size()) return 2;
-        // fdeflate_count
+        // fdeflate_count: each row's bits, and its Adler-32 from sums over its chunks (as the
+        // lanes take them) and its end
         std::vector<uint64_t> offset(rows);
         uint64_t total = 0;
         uint32_t check = 1;
         for (uint32_t r = 0; r < rows; r++) {
-            FdCount c = {0};
-            fd_row(&t, data.data() + (size_t)r * row_bytes, row_bytes, c);
+            const uint8_t* p = data.data() + (size_t)r * row_bytes;
             offset[r] = total;
-            total += c.bits;
-            check = adler32_combine(check, fd_row_adler(data.data() + (size_t)r * row_bytes, row_bytes), row_bytes);
+            total += warp_row(&t, p, row_bytes, nullptr, 0);
+            u64 s1 = 0, s2 = 0;
+            for (uint32_t k = 0; k < row_bytes / 8; k++) fd_adler_sums(p, row_bytes, 8 * k, 8 * k + 8, &s1, &s2);
+            fd_adler_sums(p, row_bytes, row_bytes / 8 * 8, row_bytes, &s1, &s2);
+            check = adler32_combine(check, fd_adler_of(row_bytes, s1, s2), row_bytes);
         }
         // fdeflate_place
-        uint32_t eob = fd_code(FD_END_OF_BLOCK);
+        uint32_t eob = FD_CODE[FD_END_OF_BLOCK];
         uint64_t end_bits = FD_HEADER_BITS + total + (eob >> 16);
         uint64_t zlen = (end_bits + 7) / 8 + 4;
         if (zlen > fd_stored_size((uint64_t)row_bytes * rows)) {
@@ -71,10 +143,7 @@ int main(int argc, char** argv) {
         z[at] = check >> 24; z[at + 1] = check >> 16; z[at + 2] = check >> 8; z[at + 3] = check;
         // fdeflate_write, rows in reverse so that the OR-ed boundary words are really shared
         for (uint32_t r = rows; r-- > 0;) {
-            FdWrite w;
-            w.begin(words.data(), FD_HEADER_BITS + offset[r]);
-            fd_row(&t, data.data() + (size_t)r * row_bytes, row_bytes, w);
-            w.end();
+            warp_row(&t, data.data() + (size_t)r * row_bytes, row_bytes, words.data(), FD_HEADER_BITS + offset[r]);
         }
         fwrite(&zlen, 8, 1, o);
         fwrite(z, 1, zlen, o);

@@ -215,8 +215,11 @@ struct FdKernels {
     copy_out: Function,
 }
 
-/// Threads per block of `fdeflate_count` and `fdeflate_write` (a thread per row).
-const FD_ROW_THREADS: u32 = 128;
+/// Threads per block of `fdeflate_count` and `fdeflate_write`: a warp per row, so 8 rows a
+/// block.
+const FD_ROW_THREADS: u32 = 256;
+/// Rows per block of `fdeflate_count` and `fdeflate_write`.
+const FD_ROWS_PER_BLOCK: u32 = FD_ROW_THREADS / 32;
 /// The longest row the fdeflate kernels take (its bit count must fit 32 bits); longer rows are
 /// an error for the batch (none occurs: frames are limited to `pipeline.max_frame_mib`, 1 GiB
 /// by default, and such a row would be 256 MiB).
@@ -353,8 +356,8 @@ impl GpuPng {
     }
 
     /// [`queue_batch`](Self::queue_batch) with the fdeflate kernels: the slice descriptors
-    /// copied up, then `fdeflate_count` (a thread per row), `fdeflate_place` (a block per
-    /// slice) and `fdeflate_write` (a thread per row), each one launch for the whole batch.
+    /// copied up, then `fdeflate_count` (a warp per row), `fdeflate_place` (a block per
+    /// slice) and `fdeflate_write` (a warp per row), each one launch for the whole batch.
     fn queue_fdeflate(
         &mut self,
         inputs: &[PngInput],
@@ -430,7 +433,7 @@ impl GpuPng {
             let _ = stream.synchronize();
             return Err(cuda(e));
         }
-        let blocks_per_slice = stride.div_ceil(FD_ROW_THREADS);
+        let blocks_per_slice = stride.div_ceil(FD_ROWS_PER_BLOCK);
         let grid = blocks_per_slice
             .checked_mul(n as u32)
             .ok_or_else(|| "fdeflate grid too large".to_string())?;
