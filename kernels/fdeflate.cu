@@ -13,8 +13,8 @@
 // length word when the stream would not fit or would be larger than stored blocks, which the
 // CPU then writes as `png` does), `fdeflate_write` (a warp per row: its bits at its offset).
 // The chunk encoder is also compiled for the CPU by tests/it/fdeflate_on_host.rs, which runs it
-// as the warps do and checks it against the fdeflate crate: its shim defines the CUDA words away, and FD_HOST_TEST leaves the
-// kernels out.
+// as the warps do and checks it against the fdeflate crate: its shim defines the CUDA words
+// away, and FD_HOST_TEST leaves the kernels out.
 #include "common.cuh"
 
 #ifndef FD_HOST_TEST
