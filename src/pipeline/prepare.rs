@@ -330,7 +330,8 @@ fn with_decode_streams(options: &BackendOptions, first: &FirstFile) -> Option<Ba
     }
     crate::backend::cuda::libs::open(&["libnvjpeg2k.so.0"], gpu.library_path.as_deref()).ok()?;
     tracing::info!(
-        "first input file is JPEG 2000: {} CUDA streams per GPU (gpu.decode_streams)",
+        "first input file is JPEG 2000: {} CUDA streams per GPU if the CUDA backend starts \
+         (gpu.decode_streams)",
         gpu.decode_streams
     );
     let mut tuned = options.clone();
@@ -358,8 +359,8 @@ fn with_encode_streams(
         return None;
     }
     tracing::info!(
-        "first frame has {pixels} pixels and the GPU compresses its PNG: {} CUDA streams per GPU \
-         (gpu.encode_streams)",
+        "first frame has {pixels} pixels and the GPU would compress its PNG: {} CUDA streams per \
+         GPU if the CUDA backend starts (gpu.encode_streams)",
         gpu.encode_streams
     );
     let mut tuned = options.clone();
