@@ -371,6 +371,41 @@ fn finding_07_a_full_disk_at_the_end_keeps_the_summary_and_the_exit_code() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// A disk so full that the record of the settings cannot be written either: a warning names
+/// it, and its temporary file does not stay behind (it did: an empty `.run.json.PID`).
+#[test]
+fn a_full_disk_leaves_no_temporary_record() {
+    let root = tempdir("adv-enospc-record");
+    let input = root.join("in");
+    // Outputs of under a page each fill the disk page by page, to its last: then the record
+    // cannot fit whatever the order the writers finished in.
+    synth(&input, &["--size", "16", "--slices", "400"]);
+    let small = root.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=600k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a 600 KiB tmpfs here (not root, or no mount rights)");
+        return;
+    }
+    let o = run_to(&input, &small.join("out"), &[os("--no-tui")]);
+    let left: Vec<_> = std::fs::read_dir(small.join("out/.dicomflow"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let _ = Command::new("umount").arg(&small).status();
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("warning: the record of the settings"),
+        "{}",
+        o.stderr
+    );
+    assert!(left.is_empty(), "left in .dicomflow: {left:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn finding_08_the_first_input_in_name_order_keeps_a_shared_output_name() {
     let root = tempdir("adv-collide");

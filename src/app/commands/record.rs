@@ -167,11 +167,13 @@ pub fn write(job: &Job, mixed: bool) -> Result<(), String> {
     let dir = p.parent().unwrap_or(out);
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", Escaped(dir)))?;
     let tmp = dir.join(format!(".run.json.{}", std::process::id()));
-    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", Escaped(&tmp)))?;
-    std::fs::rename(&tmp, &p).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", Escaped(&p))
-    })
+    // A failed write (a full disk) leaves no temporary file behind either.
+    let written = std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", Escaped(&tmp)));
+    written
+        .and_then(|()| std::fs::rename(&tmp, &p).map_err(|e| format!("{}: {e}", Escaped(&p))))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
 }
 
 /// Whether the output folder has a record (then every run keeps it up to date).
