@@ -190,11 +190,20 @@ impl Writer {
         self.out.write_all(line.as_bytes())
     }
 
+    /// Flushes, syncs and renames the manifest into place; on failure (a full disk) the
+    /// temporary file is removed.
     fn finish(self) -> std::io::Result<()> {
-        let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&self.tmp, &self.target)?;
+        let tmp = self.tmp.clone();
+        let placed = self
+            .out
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|file| file.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, &self.target));
+        if let Err(e) = placed {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         if let Some(dir) = self.target.parent().filter(|p| !p.as_os_str().is_empty()) {
             // The rename is durable once the folder is synced.
             File::open(dir).and_then(|d| d.sync_all())?;

@@ -5,7 +5,8 @@
 //! that cannot work). Each test names the finding it pins.
 
 use crate::common::{
-    assert_no_panic_text, bin, hostile, read_json, reasons, run_limited, synth, tempdir, Outcome,
+    assert_no_panic_text, bin, code, dicomflow, hostile, read_json, reasons, run_limited, stderr,
+    synth, tempdir, Outcome,
 };
 
 use std::ffi::{OsStr, OsString};
@@ -372,9 +373,10 @@ fn finding_07_a_full_disk_at_the_end_keeps_the_summary_and_the_exit_code() {
 }
 
 /// A disk so full that the record of the settings cannot be written either: a warning names
-/// it, and its temporary file does not stay behind (it did: an empty `.run.json.PID`).
+/// it, and its temporary file does not stay behind (it did: an empty `.run.json.PID`); nor does
+/// a manifest's that `scan` cannot finish there (it did: `.m.tsv.PID.dicomflow-tmp`).
 #[test]
-fn a_full_disk_leaves_no_temporary_record() {
+fn a_full_disk_leaves_no_temporary_files() {
     let root = tempdir("adv-enospc-record");
     let input = root.join("in");
     // Outputs of under a page each fill the disk page by page, to its last: then the record
@@ -395,7 +397,19 @@ fn a_full_disk_leaves_no_temporary_record() {
     let left: Vec<_> = std::fs::read_dir(small.join("out/.dicomflow"))
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
+    let scan = dicomflow(&[
+        OsStr::new("scan"),
+        input.as_os_str(),
+        OsStr::new("-o"),
+        small.join("m.tsv").as_os_str(),
+    ]);
+    let beside: Vec<_> = std::fs::read_dir(&small)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
     let _ = Command::new("umount").arg(&small).status();
+    assert_eq!(code(&scan), 2, "{}", stderr(&scan));
+    assert!(stderr(&scan).contains("No space left"), "{}", stderr(&scan));
+    assert_eq!(beside, [OsString::from("out")], "left beside the outputs");
     assert_eq!(o.code, Some(1), "{}", o.stderr);
     assert!(
         o.stderr.contains("warning: the record of the settings"),
