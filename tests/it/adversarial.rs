@@ -332,20 +332,35 @@ fn finding_07_a_report_or_trace_that_cannot_be_written_is_said_up_front() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Mounts a tmpfs of `size` (mount's spelling: "2m", "600k") on `dir`, made first; false,
+/// after saying the test skips, where this machine does not let us (not root).
+fn mount_tmpfs(dir: &Path, size: &str) -> bool {
+    std::fs::create_dir_all(dir).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a {size} tmpfs here (not root, or no mount rights)");
+    }
+    mounted
+}
+
+/// The names in `dir` (none when it cannot be read).
+fn names_in(dir: &Path) -> Vec<OsString> {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default()
+}
+
 #[test]
 fn finding_07_a_full_disk_at_the_end_keeps_the_summary_and_the_exit_code() {
     let root = tempdir("adv-enospc");
     let input = root.join("in");
     synth(&input, &["--size", "256", "--slices", "60"]);
     let small = root.join("small");
-    std::fs::create_dir_all(&small).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
-        .arg(&small)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a 2 MiB tmpfs here (not root, or no mount rights)");
+    if !mount_tmpfs(&small, "2m") {
         return;
     }
     let report = root.join("r.json");
@@ -383,29 +398,18 @@ fn a_full_disk_leaves_no_temporary_files() {
     // cannot fit whatever the order the writers finished in.
     synth(&input, &["--size", "16", "--slices", "400"]);
     let small = root.join("small");
-    std::fs::create_dir_all(&small).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=600k", "tmpfs"])
-        .arg(&small)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a 600 KiB tmpfs here (not root, or no mount rights)");
+    if !mount_tmpfs(&small, "600k") {
         return;
     }
     let o = run_to(&input, &small.join("out"), &[os("--no-tui")]);
-    let left: Vec<_> = std::fs::read_dir(small.join("out/.dicomflow"))
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
+    let left = names_in(&small.join("out/.dicomflow"));
     let scan = dicomflow(&[
         OsStr::new("scan"),
         input.as_os_str(),
         OsStr::new("-o"),
         small.join("m.tsv").as_os_str(),
     ]);
-    let beside: Vec<_> = std::fs::read_dir(&small)
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
+    let beside = names_in(&small);
     let _ = Command::new("umount").arg(&small).status();
     assert_eq!(code(&scan), 2, "{}", stderr(&scan));
     assert!(stderr(&scan).contains("No space left"), "{}", stderr(&scan));
