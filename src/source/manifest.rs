@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::shard::{self, ShardBy};
 use super::walk::{walk, Found};
 use crate::decode::identity::{read_uids, FileUids};
+use crate::output::atomic::PendingFile;
 
 /// Version of the manifest format this build reads and writes.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -123,26 +124,16 @@ fn unescape_path(field: &str) -> Result<PathBuf, String> {
 /// A manifest being written: to a hidden temporary file beside the target, renamed into place
 /// (after `fsync`) only when complete, so a killed `scan` leaves no partial manifest.
 struct Writer {
-    out: BufWriter<File>,
-    tmp: PathBuf,
-    target: PathBuf,
+    /// Unnamed until [`finish`](Self::finish) (`output::atomic`): a manifest that cannot be
+    /// finished (a full disk, a cancel) leaves nothing behind.
+    out: BufWriter<PendingFile>,
     with_series: bool,
     line: String,
 }
 
 impl Writer {
     fn create(target: &Path, roots: &[PathBuf], with_series: bool) -> std::io::Result<Writer> {
-        let dir = target
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.{}.dicomflow-tmp", std::process::id()));
-        let mut out = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+        let mut out = BufWriter::with_capacity(1 << 20, PendingFile::create(target, true)?);
         let mut head = format!("{MAGIC}\t{MANIFEST_VERSION}\n");
         for (i, r) in roots.iter().enumerate() {
             head.push_str(&format!("#root\t{i}\t{}\n", escape_path(r)));
@@ -155,8 +146,6 @@ impl Writer {
         out.write_all(head.as_bytes())?;
         Ok(Writer {
             out,
-            tmp,
-            target: target.to_path_buf(),
             with_series,
             line: String::new(),
         })
@@ -190,29 +179,9 @@ impl Writer {
         self.out.write_all(line.as_bytes())
     }
 
-    /// Flushes, syncs and renames the manifest into place; on failure (a full disk) the
-    /// temporary file is removed.
+    /// Gives the manifest its name, durably.
     fn finish(self) -> std::io::Result<()> {
-        let tmp = self.tmp.clone();
-        let placed = self
-            .out
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .and_then(|file| file.sync_all())
-            .and_then(|()| std::fs::rename(&tmp, &self.target));
-        if let Err(e) = placed {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        if let Some(dir) = self.target.parent().filter(|p| !p.as_os_str().is_empty()) {
-            // The rename is durable once the folder is synced.
-            File::open(dir).and_then(|d| d.sync_all())?;
-        }
-        Ok(())
-    }
-
-    fn abandon(self) {
-        let _ = std::fs::remove_file(&self.tmp);
+        self.out.into_inner().map_err(|e| e.into_error())?.persist()
     }
 }
 
@@ -354,12 +323,11 @@ pub fn write_manifest(
     if failed.is_none() {
         failed = flush(&mut batch, &mut writer, &mut summary).err();
     }
+    // Dropped unfinished, the writer's file never gets a name.
     if let Some(e) = failed {
-        writer.abandon();
         return Err(io(e));
     }
     if cancel.load(Ordering::Relaxed) {
-        writer.abandon();
         return Err(ManifestError::Cancelled);
     }
     writer.finish().map_err(io)?;

@@ -152,9 +152,9 @@ pub fn live_start(job: &Job) -> Result<(), FatalError> {
     write(job, changed).map_err(|e| FatalError::Other(format!("the record of the settings: {e}")))
 }
 
-/// Writes the record for `job` into its output folder (atomically: a temporary name, then a
-/// rename). `mixed`: the folder may hold images of other settings too (a run that changed
-/// them was stopped), which a later `--skip-existing` run must not keep.
+/// Writes the record for `job` into its output folder, atomically and durably
+/// (`output::atomic::write_atomic`). `mixed`: the folder may hold images of other settings too
+/// (a run that changed them was stopped), which a later `--skip-existing` run must not keep.
 pub fn write(job: &Job, mixed: bool) -> Result<(), String> {
     let out = &job.output.dir;
     let p = path(out);
@@ -164,16 +164,8 @@ pub fn write(job: &Job, mixed: bool) -> Result<(), String> {
         "settings": rendering_settings(job),
     });
     let text = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
-    let dir = p.parent().unwrap_or(out);
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", Escaped(dir)))?;
-    let tmp = dir.join(format!(".run.json.{}", std::process::id()));
-    // A failed write (a full disk) leaves no temporary file behind either.
-    let written = std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", Escaped(&tmp)));
-    written
-        .and_then(|()| std::fs::rename(&tmp, &p).map_err(|e| format!("{}: {e}", Escaped(&p))))
-        .inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
+    // Unnamed until whole, so that a failed write (a full disk) leaves nothing behind.
+    dicomflow::output::atomic::write_atomic(&p, &text).map_err(|e| format!("{}: {e}", Escaped(&p)))
 }
 
 /// Whether the output folder has a record (then every run keeps it up to date).
