@@ -248,6 +248,29 @@ pub fn live_summary(l: &LiveSnapshot) -> String {
 }
 
 /// The end-of-run summary (stderr), the same in TUI and plain modes.
+/// One line per pool whose threads reported their CPU time (observe::cpu): how much of their
+/// lives they were on a CPU, and how much of that in the kernel, beside the busy fractions
+/// above (wall-clock time in the stages, which counts waiting on the GPU as busy).
+fn cpu_lines(stats: &Snapshot) -> Vec<String> {
+    stats
+        .pools
+        .iter()
+        .filter_map(|p| {
+            let c = p.cpu?;
+            let on = c.user_s + c.system_s;
+            let kernel = if on > 0.0 { c.system_s / on } else { 0.0 };
+            Some(format!(
+                "cpu: {} ({}) on a CPU {:.0}% of their time: {:.2} s, {:.0}% of it in the kernel",
+                p.pool.name(),
+                c.threads,
+                c.on_cpu_fraction * 100.0,
+                on,
+                kernel * 100.0
+            ))
+        })
+        .collect()
+}
+
 pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     let t = &result.totals;
     let mut s = String::new();
@@ -379,6 +402,9 @@ pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
             o.busiest.name(),
             busy * 100.0
         );
+    }
+    for line in cpu_lines(stats) {
+        let _ = writeln!(s, "  {line}");
     }
     s.push_str(&failures(result));
     let skipped: Vec<_> = result

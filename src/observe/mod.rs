@@ -7,6 +7,7 @@
 //! Stages record; views only read.
 
 pub mod clock;
+pub mod cpu;
 pub mod hdr;
 pub mod stats;
 pub mod trace;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::cpu::{CpuTime, ThreadUse};
 use super::hdr;
 
 /// The stages of a slice's life, in order.
@@ -103,6 +104,11 @@ impl Pool {
         Pool::Writers,
         Pool::Shared,
     ];
+
+    /// Position in [`Pool::ALL`].
+    fn index(self) -> usize {
+        self as usize
+    }
 
     /// The pool whose threads run `stage` in `layout`.
     pub fn of(stage: StageId, layout: ThreadLayout) -> Pool {
@@ -267,6 +273,8 @@ pub struct Stats {
     /// When the run finished: the clock stops there.
     finished_at: std::sync::OnceLock<Instant>,
     layout: Mutex<ThreadLayout>,
+    /// What each pool's ended threads used (`ThreadUse`), summed; by [`Pool::index`].
+    thread_use: Mutex<[(u64, ThreadUse); Pool::ALL.len()]>,
 }
 
 /// Errors kept for display.
@@ -287,6 +295,7 @@ impl Default for Stats {
             finished: Default::default(),
             finished_at: std::sync::OnceLock::new(),
             layout: Mutex::new(ThreadLayout::default()),
+            thread_use: Mutex::new(Default::default()),
         }
     }
 }
@@ -359,6 +368,24 @@ impl Stats {
     /// Whether loading is paused.
     pub fn is_paused(&self) -> bool {
         self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Adds what an ended thread of `pool` used (its CPU time and lifetime).
+    pub fn record_thread_use(&self, pool: Pool, used: ThreadUse) {
+        if let Ok(mut all) = self.thread_use.lock() {
+            let (threads, sum) = &mut all[pool.index()];
+            *threads += 1;
+            sum.cpu.user += used.cpu.user;
+            sum.cpu.system += used.cpu.system;
+            sum.lifetime += used.lifetime;
+        }
+    }
+
+    /// The CPU figures of `pool`'s ended threads; `None` before any ended (or where threads
+    /// are not accounted).
+    fn pool_cpu(&self, pool: Pool) -> Option<PoolCpu> {
+        let (threads, used) = self.thread_use.lock().ok()?[pool.index()];
+        (threads > 0).then(|| PoolCpu::of(threads, used))
     }
 
     /// Says which threads run which stages, so each stage's time counts toward the pool of
@@ -435,7 +462,10 @@ impl Stats {
             })
             .collect();
         let layout = self.layout();
-        let pools = PoolSnapshot::from_stages(&stages, elapsed, layout);
+        let mut pools = PoolSnapshot::from_stages(&stages, elapsed, layout);
+        for p in &mut pools {
+            p.cpu = self.pool_cpu(p.pool);
+        }
         let overlap = overlap(&pools, elapsed);
         let latency =
             StageSnapshot::from_slot("latency".into(), &self.latency, elapsed, histograms);
@@ -583,6 +613,44 @@ pub struct PoolSnapshot {
     pub busy_s: f64,
     /// busy / (elapsed × workers), 0..=1.
     pub busy_fraction: f64,
+    /// What the pool's threads used of the CPUs, once they have ended (the report's and the
+    /// summary's final figures; absent while they run, and where threads are not accounted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<PoolCpu>,
+}
+
+/// The CPU time of a pool's threads over their whole lives, as the kernel accounts it
+/// ([`super::cpu`]). Beside the busy fraction (wall-clock time in the stages) it says whether
+/// the threads computed, worked in the kernel (file reads and writes), or waited.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct PoolCpu {
+    /// Threads that reported.
+    pub threads: u64,
+    /// Seconds running the program's code, summed over the threads.
+    pub user_s: f64,
+    /// Seconds in the kernel on their behalf, summed.
+    pub system_s: f64,
+    /// (user + system) / the threads' summed lifetimes, 0..=1: how much of their lives they
+    /// were on a CPU.
+    pub on_cpu_fraction: f64,
+}
+
+impl PoolCpu {
+    fn of(threads: u64, used: ThreadUse) -> PoolCpu {
+        let CpuTime { user, system } = used.cpu;
+        let life = used.lifetime.as_secs_f64();
+        let on = user.as_secs_f64() + system.as_secs_f64();
+        PoolCpu {
+            threads,
+            user_s: user.as_secs_f64(),
+            system_s: system.as_secs_f64(),
+            on_cpu_fraction: if life > 0.0 {
+                (on / life).min(1.0)
+            } else {
+                0.0
+            },
+        }
+    }
 }
 
 impl PoolSnapshot {
@@ -610,6 +678,7 @@ impl PoolSnapshot {
                     workers,
                     busy_s,
                     busy_fraction: busy_fraction(busy_s, secs, workers),
+                    cpu: None,
                 })
             })
             .collect()
@@ -780,6 +849,42 @@ mod tests {
             "{}",
             o.ratio
         );
+    }
+
+    #[test]
+    fn a_pool_sums_what_its_ended_threads_used() {
+        let stats = Stats::new();
+        let write = stats.recorder(StageId::Write);
+        write.record(Duration::from_millis(5));
+        // Not yet ended: no CPU figures.
+        assert_eq!(stats.snapshot().pools[0].cpu, None);
+        let used = |user_ms, system_ms, life_ms| ThreadUse {
+            cpu: CpuTime {
+                user: Duration::from_millis(user_ms),
+                system: Duration::from_millis(system_ms),
+            },
+            lifetime: Duration::from_millis(life_ms),
+        };
+        stats.record_thread_use(Pool::Writers, used(100, 300, 500));
+        stats.record_thread_use(Pool::Writers, used(50, 150, 500));
+        // Another pool's thread counts toward that pool only.
+        stats.record_thread_use(Pool::Loaders, used(900, 0, 1000));
+        let s = stats.snapshot();
+        let names: Vec<_> = s.pools.iter().map(|p| p.pool).collect();
+        assert_eq!(names, [Pool::Writers]);
+        let cpu = s.pools[0].cpu.unwrap();
+        assert_eq!(cpu.threads, 2);
+        assert!((cpu.user_s - 0.15).abs() < 1e-9, "{cpu:?}");
+        assert!((cpu.system_s - 0.45).abs() < 1e-9, "{cpu:?}");
+        // 600 ms on a CPU of 1000 ms of life.
+        assert!((cpu.on_cpu_fraction - 0.6).abs() < 1e-9, "{cpu:?}");
+    }
+
+    #[test]
+    fn pools_are_indexed_in_their_listed_order() {
+        for (i, p) in Pool::ALL.iter().enumerate() {
+            assert_eq!(p.index(), i, "{p:?}");
+        }
     }
 
     #[test]

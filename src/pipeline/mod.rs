@@ -20,7 +20,8 @@ use std::time::Instant;
 
 use crate::backend::Backend;
 use crate::error::FatalError;
-use crate::observe::stats::{Stats, ThreadLayout};
+use crate::observe::cpu::ThreadMeter;
+use crate::observe::stats::{Pool, Stats, ThreadLayout};
 use crate::observe::trace::Tracer;
 use crate::source::live::{Done, FeedReceiver};
 use crate::source::{ListingAhead, Sources};
@@ -183,11 +184,22 @@ pub(crate) struct Context<'a> {
 fn spawn_named<'scope, 'env>(
     s: &'scope std::thread::Scope<'scope, 'env>,
     name: String,
+    pool: Option<(Pool, &Arc<Stats>)>,
     f: Box<dyn FnOnce() + Send + 'scope>,
 ) -> Result<(), FatalError> {
+    // A pool's thread reports its CPU time when it ends (observe::cpu): the figures cost two
+    // system calls per thread, not per slice.
+    let pool = pool.map(|(p, stats)| (p, stats.clone()));
+    let body = move || {
+        let meter = ThreadMeter::start();
+        f();
+        if let (Some((pool, stats)), Some(used)) = (pool, meter.finish()) {
+            stats.record_thread_use(pool, used);
+        }
+    };
     std::thread::Builder::new()
         .name(name.clone())
-        .spawn_scoped(s, f)
+        .spawn_scoped(s, body)
         .map(|_| ())
         .map_err(|e| FatalError::Other(format!("cannot start thread {name}: {e}")))
 }
@@ -431,6 +443,7 @@ fn run_inputs(
         spawn_named(
             s,
             "cleanup".into(),
+            None,
             Box::new(|| {
                 let n = crate::output::atomic::remove_leftovers(&job.output.dir);
                 if n > 0 {
@@ -438,7 +451,7 @@ fn run_inputs(
                 }
             }),
         )?;
-        spawn_named(s, "scan".into(), {
+        spawn_named(s, "scan".into(), Some((Pool::Scan, &stats)), {
             let ev = event_tx.clone();
             match scan {
                 Scan::Walk(sources, ahead) => {
@@ -454,6 +467,7 @@ fn run_inputs(
             spawn_named(
                 s,
                 format!("load-{i}"),
+                Some((Pool::Loaders, &stats)),
                 Box::new(move || stages::load_stage(ctx, rx, tx, ev)),
             )?;
         }
@@ -465,6 +479,7 @@ fn run_inputs(
             spawn_named(
                 s,
                 format!("render-{i}"),
+                Some((Pool::RenderWorkers, &stats)),
                 Box::new(move || stages::render_stage(ctx, worker, rx, tx, ev)),
             )?;
         }
@@ -484,12 +499,14 @@ fn run_inputs(
                     spawn_named(
                         s,
                         format!("work-{i}"),
+                        Some((Pool::Shared, &stats)),
                         Box::new(move || stages::shared_stage(ctx, renderer, scan, loaded, rx, ev)),
                     )?
                 }
                 None => spawn_named(
                     s,
                     format!("write-{i}"),
+                    Some((Pool::Writers, &stats)),
                     Box::new(move || stages::write_stage(ctx, renderer, rx, ev)),
                 )?,
             }

@@ -152,6 +152,22 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
     let busiest = doc["statistics"]["overlap"]["busiest"].as_str().unwrap();
     assert!(pools.contains(&busiest), "{busiest} not in {pools:?}");
     assert!(doc["statistics"]["overlap"]["ratio"].as_f64().unwrap() >= 0.99);
+    // Each pool's threads reported their CPU time (Linux accounts it per thread): every
+    // thread of the pool, with the reading, writing and rendering of six series slices in it.
+    if cfg!(target_os = "linux") {
+        for p in doc["statistics"]["pools"].as_array().unwrap() {
+            let cpu = &p["cpu"];
+            assert!(cpu["threads"].as_u64() >= p["workers"].as_u64(), "{p}");
+            let on = cpu["user_s"].as_f64().unwrap() + cpu["system_s"].as_f64().unwrap();
+            let fraction = cpu["on_cpu_fraction"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&fraction), "{p}");
+            if p["pool"] != "scan" {
+                assert!(on > 0.0 && fraction > 0.0, "{p}");
+            }
+        }
+        let finishing = if shared { "shared threads" } else { "writers" };
+        assert!(stderr.contains(&format!("cpu: {finishing} (")), "{stderr}");
+    }
 
     // The validator is not vacuous.
     let mut bad = doc.clone();

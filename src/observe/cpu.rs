@@ -1,0 +1,148 @@
+//! CPU time the pipeline's threads used, from the kernel's own accounting of each thread
+//! (`getrusage(RUSAGE_THREAD)`, Linux; elsewhere nothing is reported).
+//!
+//! Why, beside the stages' busy fractions: a busy fraction is wall-clock time inside a stage,
+//! which counts a thread that sleeps on a GPU event, waits for a lock or is descheduled as
+//! busy. The kernel's figures say how much of that was on a CPU, and how much of it in the
+//! kernel (reading and writing files is mostly kernel time). On the H200 host (12 000 × 512²,
+//! GPU PNG, ad hoc build, session 30) they put the shared threads on a CPU 94 % of their time,
+//! three quarters of it in the kernel, and the four render workers at a quarter of one core
+//! between them while the stages called them 60–70 % busy (BENCHMARKS.md, "GPU encoders").
+
+use std::time::{Duration, Instant};
+
+/// CPU time one thread used, split as the kernel accounts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTime {
+    /// Time running the program's own code.
+    pub user: Duration,
+    /// Time in the kernel on the thread's behalf (system calls, page faults).
+    pub system: Duration,
+}
+
+impl CpuTime {
+    /// The calling thread's CPU time so far; `None` where the platform does not account it
+    /// per thread.
+    pub fn of_this_thread() -> Option<CpuTime> {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: rusage is plain old data, for which all zeroes is a valid value.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: `usage` is a valid, writable rusage; RUSAGE_THREAD asks for the calling
+            // thread only.
+            if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+                return None;
+            }
+            Some(CpuTime {
+                user: duration_of(usage.ru_utime),
+                system: duration_of(usage.ru_stime),
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
+    }
+
+    /// User and system time together.
+    pub fn total(&self) -> Duration {
+        self.user + self.system
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn duration_of(t: libc::timeval) -> Duration {
+    let secs = u64::try_from(t.tv_sec).unwrap_or(0);
+    let micros = u32::try_from(t.tv_usec).unwrap_or(0).min(999_999);
+    Duration::new(secs, micros * 1000)
+}
+
+/// What one thread used over its life: its CPU time and how long it lived.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadUse {
+    pub cpu: CpuTime,
+    pub lifetime: Duration,
+}
+
+/// Measures the calling thread from its start: made first thing in a thread, asked last.
+pub struct ThreadMeter {
+    born: Instant,
+}
+
+impl ThreadMeter {
+    /// Starts measuring the calling thread's lifetime (its CPU time counts from its creation).
+    pub fn start() -> ThreadMeter {
+        ThreadMeter {
+            born: Instant::now(),
+        }
+    }
+
+    /// What the calling thread used since it started; `None` where it is not accounted.
+    pub fn finish(self) -> Option<ThreadUse> {
+        CpuTime::of_this_thread().map(|cpu| ThreadUse {
+            cpu,
+            lifetime: self.born.elapsed(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spins for `d` of wall time (on a CPU, barring preemption).
+    fn spin(d: Duration) -> u64 {
+        let until = Instant::now() + d;
+        let mut x = 0u64;
+        while Instant::now() < until {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        x
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_spinning_thread_is_on_a_cpu_and_a_sleeping_one_is_not() {
+        let spinning = std::thread::spawn(|| {
+            let meter = ThreadMeter::start();
+            std::hint::black_box(spin(Duration::from_millis(120)));
+            meter.finish()
+        });
+        let sleeping = std::thread::spawn(|| {
+            let meter = ThreadMeter::start();
+            std::thread::sleep(Duration::from_millis(120));
+            meter.finish()
+        });
+        let spun = spinning.join().ok().flatten();
+        let slept = sleeping.join().ok().flatten();
+        let (Some(spun), Some(slept)) = (spun, slept) else {
+            panic!("no per-thread CPU time on Linux: {spun:?} {slept:?}");
+        };
+        // Spinning: at least some of its 120 ms on a CPU, even on a loaded 2-core machine
+        // (the other threads of the test binary compete for the cores).
+        assert!(spun.cpu.total() >= Duration::from_millis(20), "{spun:?}");
+        assert!(spun.lifetime >= Duration::from_millis(120), "{spun:?}");
+        // Sleeping: next to nothing.
+        assert!(slept.cpu.total() < Duration::from_millis(20), "{slept:?}");
+        assert!(slept.lifetime >= Duration::from_millis(120), "{slept:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn system_time_is_what_the_kernel_does_for_the_thread() {
+        let used = std::thread::spawn(|| {
+            let meter = ThreadMeter::start();
+            // Kernel work: system calls, nothing else.
+            let until = Instant::now() + Duration::from_millis(150);
+            while Instant::now() < until {
+                let _ = std::hint::black_box(std::fs::metadata("/"));
+            }
+            meter.finish()
+        })
+        .join()
+        .ok()
+        .flatten();
+        let Some(used) = used else {
+            panic!("no per-thread CPU time");
+        };
+        assert!(used.cpu.system > Duration::ZERO, "{used:?}");
+    }
+}
