@@ -247,7 +247,6 @@ pub fn live_summary(l: &LiveSnapshot) -> String {
     s
 }
 
-/// The end-of-run summary (stderr), the same in TUI and plain modes.
 /// One line per pool whose threads reported their CPU time (observe::cpu): how much of their
 /// lives they were on a CPU, and how much of that in the kernel, beside the busy fractions
 /// above (wall-clock time in the stages, which counts waiting on the GPU as busy).
@@ -271,6 +270,7 @@ fn cpu_lines(stats: &Snapshot) -> Vec<String> {
         .collect()
 }
 
+/// The end-of-run summary (stderr), the same in TUI and plain modes.
 pub fn summary(result: &RunResult, stats: &Snapshot) -> String {
     let t = &result.totals;
     let mut s = String::new();

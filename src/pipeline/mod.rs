@@ -187,8 +187,8 @@ fn spawn_named<'scope, 'env>(
     pool: Option<(Pool, &Arc<Stats>)>,
     f: Box<dyn FnOnce() + Send + 'scope>,
 ) -> Result<(), FatalError> {
-    // A pool's thread reports its CPU time when it ends (observe::cpu): the figures cost two
-    // system calls per thread, not per slice.
+    // A pool's thread reports its CPU time when it ends (observe::cpu): one system call per
+    // thread, none per slice.
     let pool = pool.map(|(p, stats)| (p, stats.clone()));
     let body = move || {
         let meter = ThreadMeter::start();
