@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use super::driver::{
-    self, Args, CudaError, DeviceBuffer, Event, Function, HostMapped, Module, Stream,
+    self, Args, CudaError, DeviceBuffer, Event, Function, Module, Staging, Stream,
 };
 use super::nvcomp::{Format, Nvcomp};
 
@@ -228,35 +228,6 @@ const FD_MAX_ROW_BYTES: usize = 1 << 28;
 /// out.
 const FD_SLICE_BYTES: usize = 40;
 
-/// Page-locked host memory for the slice descriptors, so that their copy to the device is
-/// asynchronous (a pageable source may make the driver wait for the stream), with the event
-/// that says the last copy from it is done.
-struct Staging {
-    host: HostMapped,
-    copied: Event,
-    /// Bound before the event is waited for (a thread may have no current context then).
-    device: Arc<super::driver::Device>,
-}
-
-impl Staging {
-    fn new(stream: &Stream, len: usize) -> Result<Staging, CudaError> {
-        Ok(Staging {
-            host: HostMapped::new(&stream.device, len)?,
-            copied: Event::new(&stream.device)?,
-            device: stream.device.clone(),
-        })
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        // A copy may still read it: wait first (errors leave nothing better to do); `host` is
-        // freed after this.
-        let _ = self.device.bind();
-        let _ = self.copied.synchronize();
-    }
-}
-
 /// One slice for [`GpuPng::queue_batch`]: `len` bytes of filtered rows of `row_bytes` each
 /// (filter byte included) at device address `rows`, whose packed stream may take at most
 /// `cap` bytes.
@@ -394,11 +365,7 @@ impl GpuPng {
         let cap = inputs.iter().map(|i| i.cap).max().unwrap_or(0);
         let slot = aligned(cap + 16);
         let packed = driver::ensure_buffer(&mut self.packed, &stream, slot * n).map_err(cuda)?;
-        if self
-            .staging
-            .as_ref()
-            .is_none_or(|s| s.host.len() < desc_len)
-        {
+        if self.staging.as_ref().is_none_or(|s| s.len() < desc_len) {
             self.staging = None;
             self.staging = Some(Staging::new(&stream, desc_len).map_err(cuda)?);
         }
@@ -406,8 +373,6 @@ impl GpuPng {
             .staging
             .as_ref()
             .ok_or_else(|| "no descriptor staging".to_string())?;
-        // The previous batch's copy must have read the staging memory before it is rewritten.
-        staging.copied.synchronize().map_err(cuda)?;
         let mut out = Vec::with_capacity(n);
         let mut desc = Vec::with_capacity(FD_SLICE_BYTES * n);
         for (i, input) in inputs.iter().enumerate() {
@@ -420,19 +385,8 @@ impl GpuPng {
             desc.extend_from_slice(&input.out.to_le_bytes());
             out.push(dst);
         }
-        // SAFETY: the staging memory holds desc_len >= desc.len() bytes and no copy reads it
-        // now (synchronized above); the copy below reads it until `copied` completes, which
-        // the next call and Drop wait for.
-        unsafe {
-            std::ptr::copy_nonoverlapping(desc.as_ptr(), staging.host.as_ptr(), desc.len());
-            driver::copy_htod_async(tables, staging.host.as_ptr(), desc.len(), &stream)
-        }
-        .map_err(cuda)?;
-        if let Err(e) = staging.copied.record(&stream) {
-            // The event would still mark the previous copy: wait for this one here instead.
-            let _ = stream.synchronize();
-            return Err(cuda(e));
-        }
+        // `tables` holds desc_len >= desc.len() bytes.
+        staging.upload(&desc, tables, &stream).map_err(cuda)?;
         let blocks_per_slice = stride.div_ceil(FD_ROWS_PER_BLOCK);
         let grid = blocks_per_slice
             .checked_mul(n as u32)

@@ -20,12 +20,14 @@ use cudarc::nvrtc::Ptx;
 
 mod mapped;
 mod raw;
+mod staging;
 
 pub use mapped::{alloc_host_mapped, free_host, HostMapped, MappedRegion};
 pub use raw::{
     copy_2d_dtod_async, copy_dtoh_async, copy_htod_async, memset_u32_async, pool_stats,
     set_release_threshold, PoolStats,
 };
+pub use staging::Staging;
 
 /// A failed driver call: which call, which error.
 #[derive(Debug, Clone)]
@@ -389,13 +391,26 @@ pub fn launch(
     stream: &Stream,
     args: Args,
 ) -> Result<(), CudaError> {
+    launch_grid(f, (grid, 1), block, shared, stream, args)
+}
+
+/// Launches `f` on `stream` with a 2-D grid of `(x, y)` blocks (a frame per `y` in the group
+/// kernels).
+pub fn launch_grid(
+    f: &Function,
+    (grid, grid_y): (u32, u32),
+    block: u32,
+    shared: u32,
+    stream: &Stream,
+    args: Args,
+) -> Result<(), CudaError> {
     let cells = args.cells()?;
     let mut builder = stream.inner.launch_builder(&f.inner);
     for cell in cells {
         builder.arg(cell);
     }
     let cfg = LaunchConfig {
-        grid_dim: (grid.max(1), 1, 1),
+        grid_dim: (grid.max(1), grid_y.max(1), 1),
         block_dim: (block, 1, 1),
         shared_mem_bytes: shared,
     };
