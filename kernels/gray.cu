@@ -50,8 +50,8 @@ extern "C" __global__ void gray_hist_global_u32(const u32* __restrict__ in, u64 
 
 // 16-bit stored values -> 8-bit pixels, 8 pixels per thread: one 16-byte load, one 8-byte store.
 // `in` and `out` are 16- and 8-byte aligned (slots are 256-byte aligned); the last n % 8 pixels
-// are done one by one.
-extern "C" __global__ void gray_apply_u16(const u16* __restrict__ in, u8* __restrict__ out, u64 n,
+// are done one by one. The grid's x dimension strides over the frame.
+__device__ __forceinline__ void apply_u16(const u16* __restrict__ in, u8* __restrict__ out, u64 n,
                                           u32 shift, u32 mask, const u8* __restrict__ table) {
     u64 groups = n / 8;
     const uint4* in8 = (const uint4*)in;
@@ -83,7 +83,7 @@ extern "C" __global__ void gray_apply_u16(const u16* __restrict__ in, u8* __rest
 }
 
 // 8-bit stored values: 16 pixels per thread.
-extern "C" __global__ void gray_apply_u8(const u8* __restrict__ in, u8* __restrict__ out, u64 n,
+__device__ __forceinline__ void apply_u8(const u8* __restrict__ in, u8* __restrict__ out, u64 n,
                                          u32 shift, u32 mask, const u8* __restrict__ table) {
     u64 groups = n / 16;
     const uint4* in16 = (const uint4*)in;
@@ -108,6 +108,34 @@ extern "C" __global__ void gray_apply_u8(const u8* __restrict__ in, u8* __restri
         u64 i = groups * 16 + t;
         out[i] = table[table_index(in[i], shift, mask)];
     }
+}
+
+extern "C" __global__ void gray_apply_u16(const u16* __restrict__ in, u8* __restrict__ out, u64 n,
+                                          u32 shift, u32 mask, const u8* __restrict__ table) {
+    apply_u16(in, out, n, shift, mask, table);
+}
+
+extern "C" __global__ void gray_apply_u8(const u8* __restrict__ in, u8* __restrict__ out, u64 n,
+                                         u32 shift, u32 mask, const u8* __restrict__ table) {
+    apply_u8(in, out, n, shift, mask, table);
+}
+
+// A group of frames of one shape and one table in one launch (src/backend/cuda/group.rs): frame
+// blockIdx.y reads its stored values at the address `inputs[blockIdx.y]` (a mapped slot) and
+// writes its pixels at `out + blockIdx.y * stride`. One launch instead of one per frame, and a
+// grid large enough to keep many reads over PCIe in flight.
+extern "C" __global__ void gray_apply_u16_group(const u64* __restrict__ inputs, u8* __restrict__ out,
+                                                u64 stride, u64 n, u32 shift, u32 mask,
+                                                const u8* __restrict__ table) {
+    const u16* in = (const u16*)inputs[blockIdx.y];
+    apply_u16(in, out + (u64)blockIdx.y * stride, n, shift, mask, table);
+}
+
+extern "C" __global__ void gray_apply_u8_group(const u64* __restrict__ inputs, u8* __restrict__ out,
+                                               u64 stride, u64 n, u32 shift, u32 mask,
+                                               const u8* __restrict__ table) {
+    const u8* in = (const u8*)inputs[blockIdx.y];
+    apply_u8(in, out + (u64)blockIdx.y * stride, n, shift, mask, table);
 }
 
 // 32-bit containers with at most 16 stored bits.

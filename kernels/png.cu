@@ -37,18 +37,15 @@ __device__ __forceinline__ u32 png_predict(u32 kind, u32 a, u32 b, u32 c) {
     }
 }
 
-// One block per row of `row_len` bytes (`bpp` bytes per pixel): `out` row y is the filter type
-// byte and the row's residuals, at y * (row_len + 1). `mode` is a filter type, or
-// PNG_ADAPTIVE. Launch with a multiple of 32 threads per block, at most 1024.
-extern "C" __global__ void png_filter_rows(const u8* __restrict__ px, u8* __restrict__ out, u32 row_len,
-                                           u32 rows, u32 bpp, u32 mode) {
+// Filters row y of `row_len` bytes (`bpp` bytes per pixel) into `dst` (the filter type byte and
+// the row's residuals); one block per row. `mode` is a filter type, or PNG_ADAPTIVE. A multiple of
+// 32 threads per block, at most 1024.
+__device__ __forceinline__ void filter_row(const u8* __restrict__ px, u8* __restrict__ dst, u32 y,
+                                           u32 row_len, u32 bpp, u32 mode) {
     __shared__ u32 warp_sums[4][32];
     __shared__ u32 chosen;
-    u32 y = blockIdx.x;
-    if (y >= rows) return;
     const u8* cur = px + (u64)y * row_len;
     const u8* prev = y ? cur - row_len : 0;
-    u8* dst = out + (u64)y * (row_len + 1);
     u32 kind = mode;
     if (mode == PNG_ADAPTIVE) {
         u32 s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -101,6 +98,26 @@ extern "C" __global__ void png_filter_rows(const u8* __restrict__ px, u8* __rest
         u32 c = (prev && x >= bpp) ? prev[x - bpp] : 0u;
         dst[1 + x] = (u8)(cur[x] - png_predict(kind, a, b, c));
     }
+}
+
+// One block per row: `out` row y is the filter type byte and the row's residuals, at
+// y * (row_len + 1).
+extern "C" __global__ void png_filter_rows(const u8* __restrict__ px, u8* __restrict__ out, u32 row_len,
+                                           u32 rows, u32 bpp, u32 mode) {
+    u32 y = blockIdx.x;
+    if (y >= rows) return;
+    filter_row(px, out + (u64)y * (row_len + 1), y, row_len, bpp, mode);
+}
+
+// A group of frames of one shape (src/backend/cuda/group.rs): block (y, f) filters row y of the
+// pixels at `px + f * stride` into the rows buffer at `outs[f]`.
+extern "C" __global__ void png_filter_rows_group(const u8* __restrict__ px, u64 stride,
+                                                 const u64* __restrict__ outs, u32 row_len, u32 rows,
+                                                 u32 bpp, u32 mode) {
+    u32 y = blockIdx.x;
+    if (y >= rows) return;
+    u8* out = (u8*)outs[blockIdx.y];
+    filter_row(px + (u64)blockIdx.y * stride, out + (u64)y * (row_len + 1), y, row_len, bpp, mode);
 }
 
 // Copies n bytes with 16-byte loads and stores (both pointers 16-byte aligned): how filtered

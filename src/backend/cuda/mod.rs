@@ -9,6 +9,7 @@
 pub mod decode;
 pub mod driver;
 pub mod encode;
+mod group;
 pub mod libs;
 pub mod nvcomp;
 pub mod nvjpeg;
@@ -294,10 +295,17 @@ fn load_encoder(
 }
 
 impl Shared {
-    /// The strategy to use; the first caller under `auto` measures the candidates with
+    /// Whether the strategy is known (set, or chosen by the first frame).
+    fn decided(&self) -> bool {
+        self.chosen.lock().map_or(true, |c| c.is_some())
+    }
+
+    /// The strategy to use; the first caller under `auto` takes `preferred` when it has one
+    /// (a strategy its frames need, not a measured choice), or measures the candidates with
     /// `measure` while the others wait for its decision.
     fn strategy(
         &self,
+        preferred: Option<Strategy>,
         measure: impl FnOnce(&[Strategy]) -> Vec<(Strategy, f64)>,
     ) -> Result<Strategy, RenderError> {
         let mut chosen = self
@@ -305,6 +313,15 @@ impl Shared {
             .lock()
             .map_err(|_| RenderError::Internal("strategy lock poisoned".into()))?;
         if let Some(s) = *chosen {
+            return Ok(s);
+        }
+        if let Some(s) = preferred {
+            tracing::info!(
+                "transfer = auto: using {} without measuring: the GPU compresses PNG frames \
+                 rendered in groups, which read their values in place",
+                s.name()
+            );
+            *chosen = Some(s);
             return Ok(s);
         }
         let table = measure(&[Strategy::ZeroCopy, Strategy::Pinned]);
@@ -723,6 +740,12 @@ impl Backend for CudaBackend {
             .map(|c| c.clone())
             .unwrap_or_default();
         let transfer = match (self.transfer, chosen) {
+            (Transfer::Auto, Some(s)) if calibration.is_empty() => {
+                format!(
+                    "auto -> {} (frames rendered in groups, not measured)",
+                    s.name()
+                )
+            }
             (Transfer::Auto, Some(s)) => {
                 let t: Vec<String> = calibration
                     .iter()

@@ -21,6 +21,7 @@ use super::decode::nvjpeg::{BatchPart, BATCH_TIMES};
 use super::decode::{Decoded, Failure, FrameDecoder};
 use super::driver::{self, Args, CudaError, DeviceBuffer, Event, Function, Module, Stream};
 use super::encode::{packed_len, GpuPng, PngInput, PACKED_HEADER};
+use super::group::{FrameGroup, GroupKernels, Shape};
 use super::nvjpeg::{Chroma, JpegEncoder};
 use super::{GpuEncoder, Shared, Strategy, DECODE_BATCH_MAX};
 use crate::backend::cpu::CpuRenderer;
@@ -126,6 +127,11 @@ pub struct CudaWorker {
     _module: Arc<Module>,
     stream: Arc<Stream>,
     k: Kernels,
+    /// Frames of the batch being built that render and filter in two launches for all
+    /// (group.rs), and those launches' kernels; `None` when grouping is off
+    /// (`DICOMFLOW_GPU_GROUP=off`, to compare).
+    group: FrameGroup,
+    group_kernels: Option<GroupKernels>,
     ev: [Event; 5],
     /// The GPU encoder, when the GPU encodes the output.
     encoder: Option<WorkerEncoder>,
@@ -293,6 +299,12 @@ fn orientation(args: Args, m: [u32; 6]) -> Args {
     m.into_iter().fold(args, Args::u32)
 }
 
+/// Whether workers group the frames of a GPU PNG batch (group.rs): on unless the environment
+/// says `DICOMFLOW_GPU_GROUP=off`, which keeps a frame-by-frame run at hand for comparisons.
+fn grouping_on() -> bool {
+    std::env::var("DICOMFLOW_GPU_GROUP").map_or(true, |v| v != "off" && v != "0")
+}
+
 fn grid_for(work: u64) -> u32 {
     work.div_ceil(BLOCK as u64).clamp(1, 65_535 * 8) as u32
 }
@@ -307,6 +319,11 @@ impl CudaWorker {
         let device = shared.devices[device_slot].clone();
         let stream = Stream::new(&device)?;
         let k = Kernels::load(&module)?;
+        let group_kernels = if grouping_on() {
+            Some(GroupKernels::load(&module)?)
+        } else {
+            None
+        };
         let ev = [
             Event::new(&device)?,
             Event::new(&device)?,
@@ -362,6 +379,8 @@ impl CudaWorker {
             _module: module,
             stream,
             k,
+            group: FrameGroup::default(),
+            group_kernels,
             ev,
             encoder,
             fallback_noted: false,
@@ -406,6 +425,10 @@ impl CudaWorker {
 
     /// Frees cached device memory (after an out-of-memory error).
     fn release_caches(&mut self) {
+        // The group's frames read the table freed below: queued first.
+        if let Some(k) = &self.group_kernels {
+            self.group.release(k, &self.stream);
+        }
         self.dev_decoded = None;
         self.dev_in = None;
         self.dev_out = None;
@@ -490,6 +513,8 @@ impl CudaWorker {
     /// Uploads the table if it changed since the last frame.
     fn ensure_table(&mut self, key: TableKey) -> Result<u64, CudaError> {
         if self.table_key.as_ref() != Some(&key) || self.dev_table.is_none() {
+            // Frames collected for a grouped launch read the table about to be replaced.
+            self.flush_group()?;
             let ptr =
                 driver::ensure_buffer(&mut self.dev_table, &self.stream, self.host_table.len())?;
             // Ordered on this stream, before the kernel that reads the table. (A synchronous
@@ -560,18 +585,7 @@ impl CudaWorker {
         pixels: u64,
         io: Io,
     ) -> Result<Option<Window>, RenderError> {
-        let cuda = RenderError::Cuda;
-        let stats = if chain::needs_statistics(g) {
-            Some(self.histogram(g, map, io, pixels).map_err(cuda)?)
-        } else {
-            None
-        };
-        let resolved = chain::resolve(g, stats.as_ref()).map_err(RenderError::Plan)?;
-        let key = TableKey::Gray(g.clone(), resolved.clone());
-        if self.table_key.as_ref() != Some(&key) {
-            table::build_gray_table(g, &resolved, map, &mut self.host_table);
-        }
-        let table_ptr = self.ensure_table(key).map_err(cuda)?;
+        let (table_ptr, window) = self.gray_table(g, map, pixels, io)?;
         let args = Args::default()
             .u64(io.input)
             .u64(io.output)
@@ -592,11 +606,38 @@ impl CudaWorker {
             &self.stream,
             args,
         )
-        .map_err(cuda)?;
-        Ok(match resolved.voi {
+        .map_err(RenderError::Cuda)?;
+        Ok(window)
+    }
+
+    /// The device table of a grayscale frame (its statistics first, on the GPU, when its
+    /// window needs them) and the window it applies.
+    fn gray_table(
+        &mut self,
+        g: &GrayPlan,
+        map: IndexMap,
+        pixels: u64,
+        io: Io,
+    ) -> Result<(u64, Option<Window>), RenderError> {
+        let cuda = RenderError::Cuda;
+        let stats = if chain::needs_statistics(g) {
+            Some(self.histogram(g, map, io, pixels).map_err(cuda)?)
+        } else {
+            None
+        };
+        let resolved = chain::resolve(g, stats.as_ref()).map_err(RenderError::Plan)?;
+        let window = match resolved.voi {
             ResolvedVoi::Window(w) => Some(w),
             _ => None,
-        })
+        };
+        let key = TableKey::Gray(g.clone(), resolved);
+        if self.table_key.as_ref() != Some(&key) {
+            if let TableKey::Gray(g, resolved) = &key {
+                table::build_gray_table(g, resolved, map, &mut self.host_table);
+            }
+        }
+        let table_ptr = self.ensure_table(key).map_err(cuda)?;
+        Ok((table_ptr, window))
     }
 
     /// Window channels: one histogram when a channel's window needs it, one table per channel
@@ -1040,6 +1081,12 @@ impl CudaWorker {
             )));
         };
         let cap = plan.output_capacity();
+        if let Some(outcome) = self.render_grouped(strategy, source, plan, slot, index, filter)? {
+            return Ok(outcome);
+        }
+        // Launched now: anything the group holds goes first (the order of the frames' work on
+        // the stream does not matter, but the table they read must still be theirs).
+        self.flush_group().map_err(cuda)?;
         // The pixels and a staged input are this worker's buffers, reused frame after frame:
         // the next frame's work on this stream only starts once this frame's kernels are done.
         let staged = self
@@ -1082,6 +1129,119 @@ impl CudaWorker {
             png_rows: false,
             encoded: None,
         })
+    }
+
+    /// [`render_deferred`](Self::render_deferred) for a frame that joins the batch's group
+    /// (group.rs): its table is made ready now, its window and filter are launched later with
+    /// the group's other frames. `None` when the frame does not qualify (not read in place from
+    /// its mapped slot, operators, statistics, a color or deep chain, a large frame, or grouping
+    /// off); nothing was queued then.
+    fn render_grouped(
+        &mut self,
+        strategy: Strategy,
+        source: Source,
+        plan: &FramePlan,
+        slot: &mut Slot,
+        index: usize,
+        filter: u32,
+    ) -> Result<Option<RenderOutcome>, RenderError> {
+        let cuda = RenderError::Cuda;
+        let input = slot.input.device_ptr();
+        if strategy != Strategy::ZeroCopy {
+            return Ok(None);
+        }
+        let Some((g, map, mut shape)) = self.group_shape(source, plan, input, filter) else {
+            return Ok(None);
+        };
+        let pixels = shape.pixels;
+        let (table, window) = self.gray_table(g, map, pixels, Io { input, output: 0 })?;
+        shape.table = table;
+        if !self.group.accepts(&shape) {
+            self.flush_group().map_err(cuda)?;
+        }
+        let cap = plan.output_capacity();
+        let rows =
+            driver::ensure_buffer(&mut self.batch_rows[index], &self.stream, cap).map_err(cuda)?;
+        // Last, once nothing can fail: a frame whose render failed is dropped from the batch.
+        self.group.push(shape, input, rows);
+        if let Some(batch) = self.batch.as_mut() {
+            batch.push(Deferred {
+                frame: usize::MAX,
+                index,
+                rows,
+                cap,
+                row_bytes: plan.out_cols() as usize + 1,
+                decoded: false,
+                decoded_together: false,
+            });
+        }
+        Ok(Some(RenderOutcome {
+            window,
+            timings: RenderTimings::default(),
+            device: Some(self.shared.devices[self.device_slot].ordinal),
+            png_rows: false,
+            encoded: None,
+        }))
+    }
+
+    /// The group shape of a frame read in place from its slot (device address `input`), with
+    /// its table still to be filled in, or `None` when such a frame is not grouped (grouping
+    /// off, not in its slot, operators, overlays, statistics, a color or deep chain, a large
+    /// frame).
+    fn group_shape<'p>(
+        &self,
+        source: Source,
+        plan: &'p FramePlan,
+        input: u64,
+        filter: u32,
+    ) -> Option<(&'p GrayPlan, IndexMap, Shape)> {
+        let plain = self.group_kernels.is_some()
+            && matches!(source, Source::Slot)
+            && input != 0
+            && plan.ops.is_none()
+            && plan.overlay.is_none()
+            && plan.channels() == 1;
+        let Chain::Gray(g) = &plan.chain else {
+            return None;
+        };
+        let map = IndexMap::of(&g.stored)?;
+        if !plain || chain::needs_statistics(g) {
+            return None;
+        }
+        let pixels = plan.pixels() as u64;
+        let shape = Shape {
+            stored_bytes: g.stored.bytes() as u8,
+            pixels,
+            shift: map.shift,
+            mask: map.mask,
+            table: 0,
+            row_len: plan.out_cols(),
+            rows: plan.out_rows(),
+            filter,
+        };
+        (shape.groupable() && plan.output_bytes() as u64 == pixels).then_some((g, map, shape))
+    }
+
+    /// Whether `auto` should take zero-copy without measuring: this worker batches GPU PNG
+    /// frames and this one would be grouped, which only zero-copy does (one launch per group
+    /// instead of a copy and two launches per frame). The first frame measured alone cannot
+    /// show that: on the H200 host pinned won that measurement at 512² in most runs.
+    fn groups_zero_copy(&self, source: Source, plan: &FramePlan, slot: &Slot) -> bool {
+        let Some(WorkerEncoder::Png { filter, .. }) = &self.encoder else {
+            return false;
+        };
+        self.batch_max > 1
+            && self
+                .group_shape(source, plan, slot.input.device_ptr(), *filter)
+                .is_some()
+    }
+
+    /// Queues the grouped launches of the frames collected so far (none: nothing to do).
+    fn flush_group(&mut self) -> Result<(), CudaError> {
+        match &self.group_kernels {
+            Some(k) if !self.group.is_empty() => self.group.flush(k, &self.stream),
+            _ => Ok(()),
+        }
     }
 
     /// A PNG frame rendered on its own (a worker that is not batching, or one measuring the
@@ -1128,6 +1288,12 @@ impl CudaWorker {
         frames: &mut [BatchFrame<'_>],
     ) -> Result<Vec<(RenderTimings, Option<usize>)>, RenderError> {
         let cuda = RenderError::Cuda;
+        // The group's frames are rendered and filtered first; a failed grouped launch since
+        // the batch began leaves some frames without their rows: the batch fails.
+        self.flush_group().map_err(cuda)?;
+        if let Some(e) = self.group.failure() {
+            return Err(cuda(e));
+        }
         let Some(WorkerEncoder::Png { png, .. }) = self.encoder.as_mut() else {
             return Err(RenderError::Internal("no GPU PNG encoder".into()));
         };
@@ -1611,8 +1777,9 @@ impl CudaWorker {
 impl RenderWorker for CudaWorker {
     fn render(&mut self, plan: &FramePlan, slot: &mut Slot) -> Result<RenderOutcome, RenderError> {
         // A frame on its own is never deferred: a batch left behind (only a panic inside
-        // `render_batch` could leave one) must not swallow it.
+        // `render_batch` could leave one) must not swallow it, nor a group left with it.
         self.batch = None;
+        self.group.clear();
         self.render_one(plan, slot)
     }
 
@@ -1669,6 +1836,7 @@ impl RenderWorker for CudaWorker {
             return results;
         }
         self.batch = Some(Vec::with_capacity(frames.len()));
+        self.group.clear();
         self.batch_last_decode = None;
         if let Err(e) = self.batch_begin.record(&self.stream) {
             self.batch = None;
@@ -1834,8 +2002,11 @@ impl CudaWorker {
         self.decoding = matches!(source, Source::Device(_));
         self.decoding_nvjpeg = self.decoding && nvjpeg;
         let shared = self.shared.clone();
-        let strategy =
-            shared.strategy(|candidates| self.calibrate(candidates, source, plan, slot))?;
+        let preferred = (!shared.decided() && self.groups_zero_copy(source, plan, slot))
+            .then_some(Strategy::ZeroCopy);
+        let strategy = shared.strategy(preferred, |candidates| {
+            self.calibrate(candidates, source, plan, slot)
+        })?;
         let before = self.batch.as_ref().map_or(0, Vec::len);
         let mut outcome = self.render_with(strategy, source, plan, slot)?;
         if let Source::Device(_) = source {
