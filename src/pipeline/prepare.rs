@@ -425,7 +425,7 @@ fn gpu_fast_png_frame_pixels(
 
 fn slots_beside(opts: &PipelineOptions, workers: usize, per_call: usize, batches: usize) -> usize {
     Sizing::with_workers(opts, workers)
-        .with_frames_per_call(opts, per_call, batches)
+        .with_frames_per_call(opts, per_call, batches, crate::host::available_cores())
         .slots
 }
 
