@@ -62,9 +62,10 @@ impl Sizing {
     ///
     /// With `batches` 2 (the GPU compresses the PNG of small uncompressed frames) the workers
     /// sleep on their batches most of the time, so half of them are given back to the shared
-    /// threads, within `cores`: on the H200 host four such workers used 0.6–1.1 cores between
-    /// them, and 14 shared threads beside them ran 4000 × 512² 5–30 % faster than 12 (the
-    /// shared threads, reading and writing files, bound that row).
+    /// threads, within `cores`: on the H200 host four such workers were on a CPU 11–39 % of
+    /// their lives (0.4–1.6 cores between them), and 14 shared threads beside them ran 512²
+    /// series 1–32 % faster than 12 in five pairings (the shared threads, reading and writing
+    /// files, bound those rows).
     fn with_frames_per_call(
         mut self,
         opts: &PipelineOptions,
