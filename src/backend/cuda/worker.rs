@@ -1111,24 +1111,36 @@ impl CudaWorker {
             rows,
         )
         .map_err(cuda)?;
+        Ok(self.defer(plan, index, rows, window))
+    }
+
+    /// Leaves a frame whose filtered rows are queued at `rows` (its batch position `index`) for
+    /// [`compress_batch`](Self::compress_batch), and returns its outcome so far.
+    fn defer(
+        &mut self,
+        plan: &FramePlan,
+        index: usize,
+        rows: u64,
+        window: Option<Window>,
+    ) -> RenderOutcome {
         if let Some(batch) = self.batch.as_mut() {
             batch.push(Deferred {
                 frame: usize::MAX,
                 index,
                 rows,
-                cap,
+                cap: plan.output_capacity(),
                 row_bytes: plan.out_cols() as usize * plan.channels() + 1,
                 decoded: false,
                 decoded_together: false,
             });
         }
-        Ok(RenderOutcome {
+        RenderOutcome {
             window,
             timings: RenderTimings::default(),
             device: Some(self.shared.devices[self.device_slot].ordinal),
             png_rows: false,
             encoded: None,
-        })
+        }
     }
 
     /// [`render_deferred`](Self::render_deferred) for a frame that joins the batch's group
@@ -1164,24 +1176,7 @@ impl CudaWorker {
             driver::ensure_buffer(&mut self.batch_rows[index], &self.stream, cap).map_err(cuda)?;
         // Last, once nothing can fail: a frame whose render failed is dropped from the batch.
         self.group.push(shape, input, rows);
-        if let Some(batch) = self.batch.as_mut() {
-            batch.push(Deferred {
-                frame: usize::MAX,
-                index,
-                rows,
-                cap,
-                row_bytes: plan.out_cols() as usize + 1,
-                decoded: false,
-                decoded_together: false,
-            });
-        }
-        Ok(Some(RenderOutcome {
-            window,
-            timings: RenderTimings::default(),
-            device: Some(self.shared.devices[self.device_slot].ordinal),
-            png_rows: false,
-            encoded: None,
-        }))
+        Ok(Some(self.defer(plan, index, rows, window)))
     }
 
     /// The group shape of a frame read in place from its slot (device address `input`), with
