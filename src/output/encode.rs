@@ -126,24 +126,19 @@ impl ImageEncoder {
         Ok(&self.buf)
     }
 
-    /// Wraps `zlib`, a zlib stream of PNG-filtered rows compressed elsewhere (the GPU), in the
-    /// PNG container: signature, IHDR, one IDAT, IEND, with their CRCs.
-    pub fn wrap_png_zlib(
+    /// The PNG container around `zlib`, a zlib stream of the filtered rows compressed on the
+    /// GPU, without copying it: the file is the returned head, `zlib`, then the returned tail
+    /// (written with one `writev` straight from the output slot).
+    pub fn png_around_zlib(
         &mut self,
         width: u32,
         height: u32,
         channels: usize,
         zlib: &[u8],
-    ) -> Result<&[u8], EncodeError> {
-        crate::output::png::png_from_zlib(&mut self.buf, width, height, channels, zlib)?;
-        Ok(&self.buf)
-    }
-
-    /// Takes a finished file encoded elsewhere (a JPEG from the GPU) as the output.
-    pub fn take_bytes(&mut self, bytes: &[u8]) -> &[u8] {
-        self.buf.clear();
-        self.buf.extend_from_slice(bytes);
-        &self.buf
+    ) -> Result<(&[u8], [u8; crate::output::png::PNG_TAIL]), EncodeError> {
+        let tail =
+            crate::output::png::png_around_zlib(&mut self.buf, width, height, channels, zlib)?;
+        Ok((&self.buf, tail))
     }
 
     /// The bytes of the last successful [`encode`](Self::encode).

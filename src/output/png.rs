@@ -359,6 +359,23 @@ pub fn png_from_zlib(
     channels: usize,
     zlib: &[u8],
 ) -> Result<(), EncodeError> {
+    buf.reserve(zlib.len() + 64);
+    let tail = png_around_zlib(buf, width, height, channels, zlib)?;
+    buf.extend_from_slice(zlib);
+    buf.extend_from_slice(&tail);
+    Ok(())
+}
+
+/// The bytes around `zlib` in [`png_from_zlib`]'s file, without copying `zlib`: `head` gets
+/// the signature, IHDR and the IDAT chunk's length and type; the returned tail is the IDAT
+/// chunk's CRC and the IEND chunk. The file is `head`, `zlib`, tail.
+pub fn png_around_zlib(
+    head: &mut Vec<u8>,
+    width: u32,
+    height: u32,
+    channels: usize,
+    zlib: &[u8],
+) -> Result<[u8; PNG_TAIL], EncodeError> {
     let color_type = color_type(channels)?;
     if width == 0 || height == 0 || zlib.len() < 6 {
         return Err(EncodeError::Internal(format!(
@@ -366,13 +383,25 @@ pub fn png_from_zlib(
             zlib.len()
         )));
     }
-    buf.reserve(zlib.len() + 64);
-    let chunk_start = begin_idat(buf, width, height, color_type);
-    buf.extend_from_slice(zlib);
-    finish_chunk(buf, chunk_start, zlib.len())?;
-    push_chunk(buf, b"IEND", &[]);
-    Ok(())
+    let chunk_start = begin_idat(head, width, height, color_type);
+    let len = u32::try_from(zlib.len())
+        .ok()
+        .filter(|&l| l <= u32::MAX >> 1)
+        .ok_or(EncodeError::ChunkTooLarge(zlib.len()))?;
+    head[chunk_start..chunk_start + 4].copy_from_slice(&len.to_be_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(b"IDAT");
+    crc.update(zlib);
+    let mut tail = [0u8; PNG_TAIL];
+    tail[..4].copy_from_slice(&crc.finalize().to_be_bytes());
+    // IEND: length 0, type, and the CRC of its type.
+    tail[8..12].copy_from_slice(b"IEND");
+    tail[12..].copy_from_slice(&crc32fast::hash(b"IEND").to_be_bytes());
+    Ok(tail)
 }
+
+/// What follows the zlib stream in [`png_around_zlib`]'s file: the IDAT CRC and the IEND chunk.
+pub const PNG_TAIL: usize = 16;
 
 /// Appends a whole chunk: length, type, data, CRC of type + data.
 fn push_chunk(buf: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
@@ -669,6 +698,22 @@ mod tests {
             eprintln!("note: not installed, skipped: {}", skipped.join(", "));
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_head_and_tail_around_a_stream_make_the_same_file() {
+        for (w, h, channels) in [(64usize, 9usize, 1usize), (31, 17, 3)] {
+            let px = image(1, w, h, channels);
+            let z = zlib_from_member(w as u32, channels, &px);
+            let mut whole = Vec::new();
+            png_from_zlib(&mut whole, w as u32, h as u32, channels, &z).unwrap();
+            let mut head = Vec::new();
+            let tail = png_around_zlib(&mut head, w as u32, h as u32, channels, &z).unwrap();
+            assert_eq!([&head[..], &z, &tail].concat(), whole, "{w}x{h}x{channels}");
+        }
+        let mut head = Vec::new();
+        assert!(png_around_zlib(&mut head, 4, 4, 2, &[0x78, 1, 3, 0, 0, 0, 0, 1]).is_err());
+        assert!(png_around_zlib(&mut head, 4, 4, 1, &[0x78]).is_err());
     }
 
     #[test]

@@ -1115,19 +1115,72 @@ impl Writer {
             dicom,
         } = job;
         let t0 = Instant::now();
+        if let Some(e) = gpu_encoded {
+            // Compressed on the GPU: the file is written straight from the output slot (a PNG
+            // between its container's head and tail), with no copy of the bytes on the CPU.
+            let (cols, rows, channels) = (plan.out_cols(), plan.out_rows(), plan.channels());
+            let (offset, len) = match e {
+                Encoded::PngZlib { offset, len } => (offset, len),
+                Encoded::Jpeg { len } => (0, len),
+            };
+            let body = &slot.output.bytes(offset + len)[offset..];
+            let around = match e {
+                Encoded::PngZlib { .. } => self
+                    .encoder
+                    .png_around_zlib(cols, rows, channels, body)
+                    .map(|(head, tail)| (head, Some(tail))),
+                Encoded::Jpeg { .. } => Ok((&[][..], None)),
+            };
+            let written = match around {
+                Err(e) => Err((Stage::Encode, e.to_string())),
+                Ok((head, tail)) => {
+                    let t1 = Instant::now();
+                    clock.record(StageId::Encode, &label, t0, t1);
+                    let tail = tail.as_ref().map_or(&[][..], |t| &t[..]);
+                    let bytes = (head.len() + len + tail.len()) as u64;
+                    ctx.files
+                        .write_parts(&output, &[head, body, tail])
+                        .map(|()| (t1, bytes))
+                        .map_err(|e| (Stage::Write, format!("{}: {e}", Escaped(&output))))
+                }
+            };
+            ctx.pool.give_back(slot);
+            match written {
+                Ok((t1, bytes)) => {
+                    let t = &ctx.stats.totals;
+                    t.gpu_encoded_frames.fetch_add(1, Ordering::Relaxed);
+                    t.gpu_encoded_bytes.fetch_add(len as u64, Ordering::Relaxed);
+                    let t2 = Instant::now();
+                    clock.record(StageId::Write, &label, t1, t2);
+                    let _ = events.send(Event::FrameDone {
+                        id,
+                        frame,
+                        output,
+                        bytes,
+                        window,
+                        device,
+                        latency: clock.latency(started, t2),
+                    });
+                }
+                Err((stage, reason)) => {
+                    let _ = send_failure(
+                        ctx,
+                        events,
+                        Event::FrameFailed {
+                            id,
+                            frame,
+                            stage,
+                            reason,
+                        },
+                    );
+                }
+            }
+            return;
+        }
         let encoder = &mut self.encoder;
         let encoded = catch_unwind(AssertUnwindSafe(|| {
             let (cols, rows, channels) = (plan.out_cols(), plan.out_rows(), plan.channels());
-            if let Some(e) = gpu_encoded {
-                // Compressed on the GPU: only the container (PNG) or a copy (JPEG) is left.
-                match e {
-                    Encoded::PngZlib { offset, len } => {
-                        let zlib = &slot.output.bytes(offset + len)[offset..];
-                        encoder.wrap_png_zlib(cols, rows, channels, zlib)
-                    }
-                    Encoded::Jpeg { len } => Ok(encoder.take_bytes(slot.output.bytes(len))),
-                }
-            } else if png_rows {
+            if png_rows {
                 let filtered = slot.output.bytes(plan.output_capacity());
                 encoder.encode_filtered(cols, rows, channels, filtered)
             } else if let Some(src) = &dicom {
@@ -1171,17 +1224,7 @@ impl Writer {
             );
         };
         match encoded {
-            Ok(Ok(len)) => {
-                if let Some(e) = gpu_encoded {
-                    let gpu_bytes = match e {
-                        Encoded::PngZlib { len, .. } | Encoded::Jpeg { len } => len,
-                    };
-                    let t = &ctx.stats.totals;
-                    t.gpu_encoded_frames.fetch_add(1, Ordering::Relaxed);
-                    t.gpu_encoded_bytes
-                        .fetch_add(gpu_bytes.min(len) as u64, Ordering::Relaxed);
-                }
-            }
+            Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 fail(Stage::Encode, e.to_string());
                 return;
