@@ -346,6 +346,10 @@ fn run_inputs(
             job.pipeline.loaders
         );
     }
+    // An output folder that is missing or empty now holds only what this run writes.
+    let empty_at_start = std::fs::read_dir(&job.output.dir)
+        .map(|mut entries| entries.next().is_none())
+        .unwrap_or_else(|e| e.kind() == std::io::ErrorKind::NotFound);
     match &inputs {
         Inputs::Sources(sources, _) => prepare_output_dir(job, sources)?,
         Inputs::Live { .. } => create_output_dir(job)?,
@@ -444,6 +448,9 @@ fn run_inputs(
         live: matches!(inputs, Inputs::Live { .. }),
     };
 
+    if empty_at_start {
+        ctx.outputs.set_empty_at_start(job.output.dir.clone());
+    }
     let mut collector = Collector::new(job.pipeline.fail_fast, cancel.clone(), stats.clone())
         .shown_as(job.pipeline.shown_as.clone());
     // What the scan stage reads; a live run's outcomes go to `done` from the collector.

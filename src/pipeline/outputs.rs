@@ -32,12 +32,21 @@ pub(crate) struct Outputs {
     bases: Mutex<HashMap<PathBuf, (usize, PathBuf)>>,
     /// Output files taken by a frame: owner id and path.
     claimed: Mutex<HashMap<PathBuf, (usize, PathBuf)>>,
+    /// The output folder, when it held nothing as the run started: no path under it can be an
+    /// input, and the check per output (a `stat` of a name not there yet, which waits on the
+    /// folder's lock while other threads link their outputs into it) is skipped.
+    empty_at_start: OnceLock<PathBuf>,
 }
 
 impl Outputs {
     /// Records the identities of the input files (before any candidate is handed on).
     pub fn set_inputs(&self, inputs: HashSet<FileKey>) {
         let _ = self.inputs.set(inputs);
+    }
+
+    /// Records that the output folder `dir` held nothing as the run started.
+    pub fn set_empty_at_start(&self, dir: PathBuf) {
+        let _ = self.empty_at_start.set(dir);
     }
 
     /// Records the mirrored names of every listed input that look like frame names.
@@ -120,6 +129,14 @@ impl Outputs {
         let Some(inputs) = self.inputs.get() else {
             return Ok(());
         };
+        if self
+            .empty_at_start
+            .get()
+            .is_some_and(|dir| output.starts_with(dir))
+        {
+            // Only this run has put files there.
+            return Ok(());
+        }
         // The entry itself, not what a link points to: the link is what would be replaced.
         match std::fs::symlink_metadata(output) {
             Ok(m) if inputs.contains(&crate::source::key_of(&m)) => Err(format!(
