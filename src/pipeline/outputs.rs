@@ -169,6 +169,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_input_is_never_an_output_unless_the_folder_was_empty_at_the_start() {
+        let dir = std::env::temp_dir().join(format!("dicomflow-outputs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let input = dir.join("x.png");
+        std::fs::write(&input, b"an input").unwrap();
+        let key = crate::source::key_of(&std::fs::metadata(&input).unwrap());
+        let o = Outputs::default();
+        o.set_inputs([key].into_iter().collect());
+        // Another folder was empty: the input's own folder still gets the check.
+        o.set_empty_at_start(dir.join("elsewhere"));
+        let e = o.not_an_input(&input).unwrap_err();
+        assert!(e.contains("is an input file"), "{e}");
+        assert!(o.not_an_input(&dir.join("y.png")).is_ok());
+        // A folder empty at the start holds nothing of the inputs: no `stat` per output.
+        let o = Outputs::default();
+        o.set_inputs([key].into_iter().collect());
+        o.set_empty_at_start(dir.clone());
+        assert!(o.not_an_input(&input).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_first_in_scan_order_keeps_a_name() {
         let o = Outputs::default();
         let base = Path::new("OUT/x");
