@@ -169,7 +169,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_input_is_never_an_output_unless_the_folder_was_empty_at_the_start() {
+    fn the_input_check_is_skipped_only_under_a_folder_empty_at_the_start() {
         let dir = std::env::temp_dir().join(format!("dicomflow-outputs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let input = dir.join("x.png");
