@@ -427,7 +427,8 @@ pub struct JobArgs {
     /// [default: mirror]
     #[arg(long)]
     pub naming: Option<String>,
-    /// Write a JSON report (per-file status, failures, totals, per-stage times).
+    /// Write a JSON report (per-file status, failures, totals, per-stage times); `-` for
+    /// standard output.
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Write a Chrome trace-event timeline (Perfetto).

@@ -142,10 +142,19 @@ pub struct Report<'a> {
     pub live: Option<&'a LiveSnapshot>,
 }
 
+/// Where a run's report goes.
+pub enum ReportSink {
+    /// A file created when the run starts, appearing complete at its path when it ends.
+    File(PendingFile),
+    /// Standard output (`--report -`), written when the run ends; the summary goes to
+    /// standard error as always.
+    Stdout,
+}
+
 /// The report and trace files of a run, created before any work: a path that cannot be
 /// written stops the command at once (exit 2) rather than after the run.
 pub struct RunFiles {
-    pub report: Option<PendingFile>,
+    pub report: Option<ReportSink>,
     pub tracer: Option<std::sync::Arc<Tracer>>,
 }
 
@@ -156,12 +165,15 @@ impl RunFiles {
         trace: Option<&std::path::Path>,
     ) -> Result<RunFiles, FatalError> {
         let report = match report {
-            Some(path) => Some(PendingFile::create(path, true).map_err(|e| {
-                FatalError::Config(format!(
-                    "--report {}: cannot write there: {e}",
-                    Escaped(path)
-                ))
-            })?),
+            Some(path) if path.as_os_str() == "-" => Some(ReportSink::Stdout),
+            Some(path) => Some(ReportSink::File(PendingFile::create(path, true).map_err(
+                |e| {
+                    FatalError::Config(format!(
+                        "--report {}: cannot write there: {e}",
+                        Escaped(path)
+                    ))
+                },
+            )?)),
             None => None,
         };
         let tracer = match trace {
@@ -177,10 +189,10 @@ impl RunFiles {
     }
 }
 
-/// Writes the JSON report into `file` (created when the run started) and makes it appear,
-/// complete, at its path.
+/// Writes the JSON report into `sink`: a file (created when the run started) appears,
+/// complete, at its path; standard output gets the document and a newline.
 pub fn write_report(
-    file: PendingFile,
+    sink: ReportSink,
     settings: &Settings,
     result: &RunResult,
     stats: &Snapshot,
@@ -204,10 +216,20 @@ pub fn write_report(
         shard,
         live,
     };
-    let mut out = std::io::BufWriter::new(file);
-    serde_json::to_writer_pretty(&mut out, &report)?;
-    out.write_all(b"\n")?;
-    out.into_inner().map_err(|e| e.into_error())?.persist()
+    match sink {
+        ReportSink::File(file) => {
+            let mut out = std::io::BufWriter::new(file);
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            out.write_all(b"\n")?;
+            out.into_inner().map_err(|e| e.into_error())?.persist()
+        }
+        ReportSink::Stdout => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            serde_json::to_writer_pretty(&mut out, &report)?;
+            out.write_all(b"\n")?;
+            out.flush()
+        }
+    }
 }
 
 fn mb(bytes: u64) -> String {

@@ -323,3 +323,25 @@ fn a_live_report_validates_and_counts_every_arrival() {
         .ends_with("zz-truncated.dcm"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn report_dash_goes_to_standard_output() {
+    let dir = tempdir("report-stdout");
+    let series = inputs(&dir);
+    let out = Command::new(bin())
+        .current_dir(&dir)
+        .args(["run", "--no-tui", "--report", "-"])
+        .arg(&series)
+        .arg("-o")
+        .arg(dir.join("out"))
+        .output()
+        .unwrap();
+    // One failed input: exit 1, the report still written.
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON report");
+    assert_eq!(report["result"]["files"].as_array().unwrap().len(), 8);
+    assert!(errors_of(&schema(), &report).is_empty());
+    // The summary stays on standard error, and no file is named "-".
+    assert!(stderr(&out).contains("file(s)"), "{}", stderr(&out));
+    assert!(!dir.join("-").exists());
+}
