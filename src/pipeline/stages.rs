@@ -1115,6 +1115,30 @@ impl Writer {
             dicom,
         } = job;
         let t0 = Instant::now();
+        let fail = |stage: Stage, reason: String| {
+            let _ = send_failure(
+                ctx,
+                events,
+                Event::FrameFailed {
+                    id,
+                    frame,
+                    stage,
+                    reason,
+                },
+            );
+        };
+        // The output is written: the frame is done, its latency measured at `t2`.
+        let done = |output: PathBuf, bytes: u64, t2: Instant| {
+            let _ = events.send(Event::FrameDone {
+                id,
+                frame,
+                output,
+                bytes,
+                window,
+                device,
+                latency: clock.latency(started, t2),
+            });
+        };
         if let Some(e) = gpu_encoded {
             // Compressed on the GPU: the file is written straight from the output slot (a PNG
             // between its container's head and tail), with no copy of the bytes on the CPU.
@@ -1152,28 +1176,9 @@ impl Writer {
                     t.gpu_encoded_bytes.fetch_add(len as u64, Ordering::Relaxed);
                     let t2 = Instant::now();
                     clock.record(StageId::Write, &label, t1, t2);
-                    let _ = events.send(Event::FrameDone {
-                        id,
-                        frame,
-                        output,
-                        bytes,
-                        window,
-                        device,
-                        latency: clock.latency(started, t2),
-                    });
+                    done(output, bytes, t2);
                 }
-                Err((stage, reason)) => {
-                    let _ = send_failure(
-                        ctx,
-                        events,
-                        Event::FrameFailed {
-                            id,
-                            frame,
-                            stage,
-                            reason,
-                        },
-                    );
-                }
+                Err((stage, reason)) => fail(stage, reason),
             }
             return;
         }
@@ -1211,18 +1216,6 @@ impl Writer {
         }));
         // The pixels are in the encoder's buffer now: the slot can take the next frame.
         ctx.pool.give_back(slot);
-        let fail = |stage: Stage, reason: String| {
-            let _ = send_failure(
-                ctx,
-                events,
-                Event::FrameFailed {
-                    id,
-                    frame,
-                    stage,
-                    reason,
-                },
-            );
-        };
         match encoded {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
@@ -1244,15 +1237,7 @@ impl Writer {
         }
         let t2 = Instant::now();
         clock.record(StageId::Write, &label, t1, t2);
-        let _ = events.send(Event::FrameDone {
-            id,
-            frame,
-            output,
-            bytes: bytes.len() as u64,
-            window,
-            device,
-            latency: clock.latency(started, t2),
-        });
+        done(output, bytes.len() as u64, t2);
     }
 }
 
