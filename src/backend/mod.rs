@@ -195,6 +195,13 @@ pub trait Backend: Send + Sync {
     fn attach_stats(&self, _stats: Arc<crate::observe::stats::Stats>) {}
     /// Called once after the last frame (final statistics).
     fn finish(&self) {}
+    /// Takes back a render worker whose thread is done. The default drops it; the CUDA
+    /// backend keeps it until the backend itself goes (never, in the command line: the
+    /// process exits without tearing the driver down), so that freeing its stream, events
+    /// and page-locked buffers does not hold up the end of the run.
+    fn retire(&self, worker: Box<dyn RenderWorker>) {
+        drop(worker);
+    }
     /// Which compressed frames the loaders should leave compressed for this backend to decode
     /// (GPU codecs). The CPU backend decodes nothing itself: the loaders decode on the CPU.
     fn gpu_route(&self) -> GpuRoute {
@@ -289,4 +296,9 @@ pub trait RenderWorker: Send {
     /// Called by the render stage after it has handed the last call's frames on: work that
     /// would otherwise delay them (the CUDA worker's start of nvJPEG, start.rs).
     fn between_calls(&mut self) {}
+
+    /// Called when the worker's run is over, before [`Backend::retire`] keeps it: what other
+    /// workers wait for is given back now (the CUDA worker's place at nvJPEG's start gate),
+    /// the memory when it is dropped.
+    fn retire(&mut self) {}
 }

@@ -14,7 +14,7 @@ mod prepare;
 mod stages;
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -373,14 +373,6 @@ fn run_inputs(
         "pipeline starting"
     );
 
-    let mut render_workers = Vec::with_capacity(sizing.workers);
-    for i in 0..sizing.workers {
-        render_workers.push(
-            backend
-                .worker(i)
-                .map_err(|e| FatalError::Backend(format!("cannot start render worker {i}: {e}")))?,
-        );
-    }
     // Without render workers every writer renders its frames with a worker of its own.
     let render_on_writers = sizing.workers == 0;
     stats.set_layout(ThreadLayout {
@@ -398,10 +390,12 @@ fn run_inputs(
         });
     }
 
-    tracing::info!(
-        "render workers ready {:.1} ms after the pipeline started",
-        started.elapsed().as_secs_f64() * 1e3
-    );
+    // Render workers are made on their own threads, beside the scan and the loaders' first
+    // files: made one after the other before the scan started, their streams, events and
+    // kernels put 0.8 ms before a 4000 × 512² run's first file on the H200 (session 33). One
+    // that cannot start fails the run, as it did then, through `worker_failed`.
+    let worker_failed: std::sync::Mutex<Option<FatalError>> = std::sync::Mutex::new(None);
+    let workers_made = std::sync::atomic::AtomicUsize::new(0);
 
     let (scan_tx, scan_rx) = crossbeam_channel::bounded(256);
     let (load_tx, load_rx) = crossbeam_channel::bounded(sizing.slots);
@@ -499,13 +493,36 @@ fn run_inputs(
         // The shared layout's threads load too: they keep the scan's receiver and a sender of
         // loaded frames until the scan is done.
         let shared_loading = sizing.shared.then_some((scan_rx, load_tx));
-        for (i, worker) in render_workers.into_iter().enumerate() {
+        for i in 0..sizing.workers {
             let (rx, tx, ev) = (load_rx.clone(), done_tx.clone(), event_tx.clone());
+            let (backend, worker_failed, workers_made) = (&backend, &worker_failed, &workers_made);
             spawn_named(
                 s,
                 format!("render-{i}"),
                 Some((Pool::RenderWorkers, &stats)),
-                Box::new(move || stages::render_stage(ctx, worker, rx, tx, ev)),
+                Box::new(move || {
+                    let worker = match backend.worker(i) {
+                        Ok(worker) => worker,
+                        Err(e) => {
+                            let mut failed =
+                                worker_failed.lock().unwrap_or_else(|e| e.into_inner());
+                            failed.get_or_insert_with(|| {
+                                FatalError::Backend(format!("cannot start render worker {i}: {e}"))
+                            });
+                            // Nothing more is loaded; what was is rendered by the others.
+                            ctx.cancel.store(true, Ordering::Relaxed);
+                            return;
+                        }
+                    };
+                    if workers_made.fetch_add(1, Ordering::Relaxed) + 1 == sizing.workers {
+                        tracing::info!(
+                            "render workers ready {:.1} ms after the pipeline started",
+                            started.elapsed().as_secs_f64() * 1e3
+                        );
+                    }
+                    let worker = stages::render_stage(ctx, worker, rx, tx, ev);
+                    backend.retire(worker);
+                }),
             )?;
         }
         // The writers take rendered frames, or loaded ones when they render them themselves.
@@ -544,6 +561,12 @@ fn run_inputs(
         }
         Ok(())
     })?;
+    if let Some(e) = worker_failed
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+    {
+        return Err(e);
+    }
     // The last frame is done: the statistics' clock stops here.
     stats.set_finished();
     // What the run wrote, on the disk before anyone is told it is done.
@@ -930,6 +953,94 @@ mod tests {
         let (_, snap) = run_with(jpeg, OutputFormat::Jpeg, "jpeg");
         assert_eq!(snap.gpu_encoded_frames, 9);
         assert_eq!(decoded("jpeg", "jpg").len(), 9);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    /// Render workers that start on their own threads, one of which cannot.
+    struct FailingBackend {
+        inner: EncodingBackend,
+        retired: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Backend for FailingBackend {
+        fn info(&self) -> crate::backend::BackendInfo {
+            self.inner.info()
+        }
+        fn allocator(&self) -> Arc<dyn crate::memory::HostAllocator> {
+            self.inner.allocator()
+        }
+        fn worker(
+            &self,
+            index: usize,
+        ) -> Result<Box<dyn crate::backend::RenderWorker>, crate::backend::BackendError> {
+            if index == 1 {
+                return Err(crate::backend::BackendError::Unavailable(
+                    "out of streams".into(),
+                ));
+            }
+            self.inner.worker(index)
+        }
+        fn default_workers(&self) -> usize {
+            2
+        }
+        fn retire(&self, worker: Box<dyn crate::backend::RenderWorker>) {
+            self.retired
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            drop(worker);
+        }
+    }
+
+    #[test]
+    fn a_render_worker_that_cannot_start_fails_the_run_and_the_others_are_retired() {
+        use crate::output::options::{OutputFormat, OutputOptions};
+        let dir = crate::scratch_dir("worker-fails");
+        let input = dir.join("in");
+        let opts = crate::synth::SynthOptions {
+            size: 64,
+            slices: 40,
+            ..Default::default()
+        };
+        crate::synth::write_series(&input, &opts).unwrap();
+        for layout in [Layout::Shared, Layout::Stages] {
+            let retired = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let backend: Arc<dyn Backend> = Arc::new(FailingBackend {
+                inner: EncodingBackend {
+                    format: OutputFormat::Png,
+                    frames: Default::default(),
+                },
+                retired: retired.clone(),
+            });
+            let job = Job {
+                pipeline: PipelineOptions {
+                    layout,
+                    loaders: if layout == Layout::Stages { 1 } else { 0 },
+                    writers: 2,
+                    ..PipelineOptions::default()
+                },
+                output: OutputOptions {
+                    dir: dir.join(format!("{layout:?}")),
+                    format: OutputFormat::Png,
+                    ..Default::default()
+                },
+                ..Job::default()
+            };
+            let ended = run(
+                &job,
+                std::slice::from_ref(&input),
+                backend,
+                Stats::new(),
+                Arc::new(AtomicBool::new(false)),
+                None,
+            );
+            match ended {
+                Err(FatalError::Backend(why)) => assert_eq!(
+                    why, "cannot start render worker 1: out of streams",
+                    "{layout:?}"
+                ),
+                other => panic!("{layout:?}: {:?}", other.map(|r| r.exit_code())),
+            }
+            // The worker that started was handed back when its thread ended.
+            assert_eq!(retired.load(std::sync::atomic::Ordering::Relaxed), 1);
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -990,14 +990,15 @@ fn rendered(
 /// are the bottleneck) and this one is not, it waits for more up to half the last call's
 /// time: a call costs nearly as much for one frame as for sixteen (nvCOMP on the H200: 4.6
 /// against 6.4 ms when eight workers compress at once), so a full batch a little later beats
-/// a small one now. A quiet pipeline never waits, so it keeps its latency.
+/// a small one now. A quiet pipeline never waits, so it keeps its latency. When the loaders
+/// are done, it gives the worker back (for [`Backend::retire`](crate::backend::Backend::retire)).
 pub(crate) fn render_stage(
     ctx: &Context,
     mut worker: Box<dyn RenderWorker>,
     rx: Receiver<InFlight>,
     tx: Sender<InFlight>,
     events: Sender<Event>,
-) {
+) -> Box<dyn RenderWorker> {
     let clock = StageClock::new(&ctx.stats, ctx.tracer.clone(), &RENDERING);
     let mut last = (false, Duration::ZERO);
     while let Ok(first) = rx.recv() {
@@ -1024,6 +1025,7 @@ pub(crate) fn render_stage(
         last = (full && batch > 1, t0.elapsed());
         worker.between_calls();
     }
+    worker
 }
 
 /// Adds to `jobs` the frames waiting in `rx`, up to `batch`; when the last batch was full

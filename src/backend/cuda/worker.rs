@@ -214,6 +214,8 @@ pub struct CudaWorker {
     /// (`warm_up_codec`); `warming` while it does.
     codec_warm: bool,
     warming: bool,
+    /// Whether [`CudaWorker::leave_codec_gate`] ran.
+    gate_left: bool,
     /// Whether the last GPU-decoded frame went to nvJPEG, whose batched decoders take
     /// [`DECODE_BATCH_MAX`] frames in about the time of one (`bench decode --batches`).
     decoding_nvjpeg: bool,
@@ -419,6 +421,7 @@ impl CudaWorker {
             predecoded: None,
             codec_warm: false,
             warming: false,
+            gate_left: false,
             decoding_nvjpeg: false,
         })
     }
@@ -1895,6 +1898,10 @@ impl RenderWorker for CudaWorker {
     fn between_calls(&mut self) {
         self.warm_up_codec();
     }
+
+    fn retire(&mut self) {
+        self.leave_codec_gate();
+    }
 }
 
 /// A compressed frame's outcome: its timings, and its zlib stream in the slot (`Some(len)`)
@@ -1914,11 +1921,18 @@ fn compressed(outcome: &mut RenderOutcome, timings: RenderTimings, len: Option<u
 
 impl Drop for CudaWorker {
     fn drop(&mut self) {
-        // A worker that ends without having warmed nvJPEG up (or panics while it does) no
-        // longer counts for its start gate.
-        if !self.codec_warm || self.warming {
+        self.leave_codec_gate();
+    }
+}
+
+impl CudaWorker {
+    /// A worker that ends without having warmed nvJPEG up (or panics while it does) no longer
+    /// counts for its start gate; once, at retirement or drop.
+    fn leave_codec_gate(&mut self) {
+        if !self.gate_left && (!self.codec_warm || self.warming) {
             self.shared.codecs.unregister_worker(self.warming);
         }
+        self.gate_left = true;
     }
 }
 
