@@ -955,6 +955,7 @@ mod tests {
         assert_eq!(decoded("jpeg", "jpg").len(), 9);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
     /// Render workers that start on their own threads, one of which cannot.
     struct FailingBackend {
         inner: EncodingBackend,

@@ -535,9 +535,10 @@ pub struct CudaBackend {
     retired: std::sync::Mutex<Vec<Box<dyn RenderWorker>>>,
 }
 
-/// The most retired workers a backend keeps: a process that runs the pipeline again and
-/// again with one backend frees the oldest as it goes.
-const RETIRED_MAX: usize = 64;
+/// The most retired workers a backend keeps (each holds its batch buffers in device memory): a
+/// process that runs the pipeline again and again with one backend (the command line runs it
+/// once) frees the oldest as it goes.
+const RETIRED_MAX: usize = 16;
 
 impl CudaBackend {
     /// Opens the selected devices, compiles or loads the kernels, sets up the pools, and loads
