@@ -280,8 +280,12 @@ fn cpu_lines(stats: &Snapshot) -> Vec<String> {
             let c = p.cpu?;
             let on = c.user_s + c.system_s;
             let kernel = if on > 0.0 { c.system_s / on } else { 0.0 };
+            let waiting = c.runqueue_fraction.map_or(String::new(), |f| {
+                format!("; waiting for a CPU {:.0}% of their time", f * 100.0)
+            });
             Some(format!(
-                "cpu: {} ({}) on a CPU {:.0}% of their time: {:.2} s, {:.0}% of it in the kernel",
+                "cpu: {} ({}) on a CPU {:.0}% of their time: {:.2} s, {:.0}% of it in the \
+                 kernel{waiting}",
                 p.pool.name(),
                 c.threads,
                 c.on_cpu_fraction * 100.0,

@@ -8,6 +8,11 @@
 //! GPU PNG, ad hoc build, session 30) they put the shared threads on a CPU 94 % of their time,
 //! three quarters of it in the kernel, and the four render workers at a quarter of one core
 //! between them while the stages called them 60–70 % busy (BENCHMARKS.md, "GPU encoders").
+//!
+//! Time off a CPU is either sleep (waiting for work, a slot, a lock) or waiting on a run queue
+//! for a core while runnable; the scheduler's own figure of the second
+//! (`/proc/thread-self/schedstat`, Linux with scheduler statistics) tells a thread starved of
+//! cores from one starved of work.
 
 use std::time::{Duration, Instant};
 
@@ -60,26 +65,59 @@ fn duration_of(t: libc::timeval) -> Duration {
 pub struct ThreadUse {
     pub cpu: CpuTime,
     pub lifetime: Duration,
+    /// Time it was runnable but waited on a run queue for a core; `None` where the kernel
+    /// does not say.
+    pub runqueue: Option<Duration>,
+}
+
+/// The calling thread's time spent waiting on a run queue so far (the second figure of
+/// `/proc/thread-self/schedstat`, in nanoseconds).
+fn runqueue_wait_of_this_thread() -> Option<Duration> {
+    #[cfg(target_os = "linux")]
+    {
+        let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        runqueue_wait_in(&text)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// The run-queue wait in a `schedstat` line: "<on-CPU ns> <run-queue ns> <time slices>".
+fn runqueue_wait_in(schedstat: &str) -> Option<Duration> {
+    let mut fields = schedstat.split_ascii_whitespace();
+    let _on_cpu = fields.next()?;
+    let waited: u64 = fields.next()?.parse().ok()?;
+    fields.next()?;
+    Some(Duration::from_nanos(waited))
 }
 
 /// Measures the calling thread from its start: made first thing in a thread, asked last.
 pub struct ThreadMeter {
     born: Instant,
+    /// The run-queue wait before `born` (a new thread may wait for its first turn on a core):
+    /// not part of the lifetime measured, so not counted.
+    waited_before: Option<Duration>,
 }
 
 impl ThreadMeter {
     /// Starts measuring the calling thread's lifetime (its CPU time counts from its creation).
     pub fn start() -> ThreadMeter {
         ThreadMeter {
+            waited_before: runqueue_wait_of_this_thread(),
             born: Instant::now(),
         }
     }
 
     /// What the calling thread used since it started; `None` where it is not accounted.
     pub fn finish(self) -> Option<ThreadUse> {
+        let runqueue = match (runqueue_wait_of_this_thread(), self.waited_before) {
+            (Some(now), Some(before)) => Some(now.saturating_sub(before)),
+            _ => None,
+        };
         CpuTime::of_this_thread().map(|cpu| ThreadUse {
             cpu,
             lifetime: self.born.elapsed(),
+            runqueue,
         })
     }
 }
@@ -144,5 +182,38 @@ mod tests {
             panic!("no per-thread CPU time");
         };
         assert!(used.cpu.system > Duration::ZERO, "{used:?}");
+    }
+
+    #[test]
+    fn the_run_queue_wait_is_the_second_schedstat_figure() {
+        assert_eq!(
+            runqueue_wait_in("1234567 89000 42\n"),
+            Some(Duration::from_nanos(89_000))
+        );
+        assert_eq!(runqueue_wait_in("1234567 89000"), None);
+        assert_eq!(runqueue_wait_in("1234567 x 42"), None);
+        assert_eq!(runqueue_wait_in(""), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_thread_never_waits_longer_for_a_core_than_it_lives() {
+        let used = std::thread::spawn(|| {
+            let meter = ThreadMeter::start();
+            std::hint::black_box(spin(Duration::from_millis(30)));
+            std::thread::sleep(Duration::from_millis(30));
+            meter.finish()
+        })
+        .join()
+        .ok()
+        .flatten();
+        let Some(used) = used else {
+            panic!("no per-thread CPU time");
+        };
+        // Kernels without scheduler statistics say nothing; those with them, a wait within
+        // the thread's life.
+        if let Some(waited) = used.runqueue {
+            assert!(waited <= used.lifetime, "{used:?}");
+        }
     }
 }

@@ -378,6 +378,12 @@ impl Stats {
             sum.cpu.user += used.cpu.user;
             sum.cpu.system += used.cpu.system;
             sum.lifetime += used.lifetime;
+            // Known for the pool only while every thread of it said.
+            sum.runqueue = match (*threads, sum.runqueue, used.runqueue) {
+                (1, _, waited) => waited,
+                (_, Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
         }
     }
 
@@ -633,6 +639,11 @@ pub struct PoolCpu {
     /// (user + system) / the threads' summed lifetimes, 0..=1: how much of their lives they
     /// were on a CPU.
     pub on_cpu_fraction: f64,
+    /// Time the threads were runnable but waited on a run queue for a core / their summed
+    /// lifetimes, 0..=1 (the rest of the time off a CPU they slept: waiting for work, a slot,
+    /// a lock); absent where the kernel keeps no scheduler statistics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runqueue_fraction: Option<f64>,
 }
 
 impl PoolCpu {
@@ -640,15 +651,13 @@ impl PoolCpu {
         let CpuTime { user, system } = used.cpu;
         let life = used.lifetime.as_secs_f64();
         let on = user.as_secs_f64() + system.as_secs_f64();
+        let share = |t: f64| if life > 0.0 { (t / life).min(1.0) } else { 0.0 };
         PoolCpu {
             threads,
             user_s: user.as_secs_f64(),
             system_s: system.as_secs_f64(),
-            on_cpu_fraction: if life > 0.0 {
-                (on / life).min(1.0)
-            } else {
-                0.0
-            },
+            on_cpu_fraction: share(on),
+            runqueue_fraction: used.runqueue.map(|w| share(w.as_secs_f64())),
         }
     }
 }
@@ -864,6 +873,7 @@ mod tests {
                 system: Duration::from_millis(system_ms),
             },
             lifetime: Duration::from_millis(life_ms),
+            runqueue: Some(Duration::from_millis(life_ms / 10)),
         };
         stats.record_thread_use(Pool::Writers, used(100, 300, 500));
         stats.record_thread_use(Pool::Writers, used(50, 150, 500));
@@ -876,8 +886,26 @@ mod tests {
         assert_eq!(cpu.threads, 2);
         assert!((cpu.user_s - 0.15).abs() < 1e-9, "{cpu:?}");
         assert!((cpu.system_s - 0.45).abs() < 1e-9, "{cpu:?}");
-        // 600 ms on a CPU of 1000 ms of life.
+        // 600 ms on a CPU of 1000 ms of life, 100 ms waiting for one.
         assert!((cpu.on_cpu_fraction - 0.6).abs() < 1e-9, "{cpu:?}");
+        assert!(
+            cpu.runqueue_fraction
+                .is_some_and(|f| (f - 0.1).abs() < 1e-9),
+            "{cpu:?}"
+        );
+        // One thread that cannot say leaves the pool's figure unknown.
+        stats.record_thread_use(
+            Pool::Writers,
+            ThreadUse {
+                runqueue: None,
+                ..used(1, 1, 10)
+            },
+        );
+        stats.record_thread_use(Pool::Writers, used(1, 1, 10));
+        assert_eq!(
+            stats.snapshot().pools[0].cpu.unwrap().runqueue_fraction,
+            None
+        );
     }
 
     #[test]

@@ -161,6 +161,12 @@ fn report_validates_and_trace_has_spans_for_every_stage() {
             let on = cpu["user_s"].as_f64().unwrap() + cpu["system_s"].as_f64().unwrap();
             let fraction = cpu["on_cpu_fraction"].as_f64().unwrap();
             assert!((0.0..=1.0).contains(&fraction), "{p}");
+            // On a CPU or waiting for one: at most the threads' whole lives.
+            if let Some(waiting) = cpu["runqueue_fraction"].as_f64() {
+                assert!((0.0..=1.0).contains(&waiting), "{p}");
+                // (Two clocks: the kernel's CPU time, the scheduler's wait.)
+                assert!(fraction + waiting <= 1.02, "{p}");
+            }
             if p["pool"] != "scan" {
                 assert!(on > 0.0 && fraction > 0.0, "{p}");
             }
