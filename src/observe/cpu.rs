@@ -163,24 +163,30 @@ mod tests {
         assert!(slept.lifetime >= Duration::from_millis(120), "{slept:?}");
     }
 
+    /// What a new thread used doing `work`, metered as the pipeline's threads are.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn system_time_is_what_the_kernel_does_for_the_thread() {
+    fn measured(work: impl FnOnce() + Send + 'static) -> ThreadUse {
         let used = std::thread::spawn(|| {
             let meter = ThreadMeter::start();
-            // Kernel work: system calls, nothing else.
-            let until = Instant::now() + Duration::from_millis(150);
-            while Instant::now() < until {
-                let _ = std::hint::black_box(std::fs::metadata("/"));
-            }
+            work();
             meter.finish()
         })
         .join()
         .ok()
         .flatten();
-        let Some(used) = used else {
-            panic!("no per-thread CPU time");
-        };
+        used.unwrap_or_else(|| panic!("no per-thread CPU time"))
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn system_time_is_what_the_kernel_does_for_the_thread() {
+        let used = measured(|| {
+            // Kernel work: system calls, nothing else.
+            let until = Instant::now() + Duration::from_millis(150);
+            while Instant::now() < until {
+                let _ = std::hint::black_box(std::fs::metadata("/"));
+            }
+        });
         assert!(used.cpu.system > Duration::ZERO, "{used:?}");
     }
 
@@ -198,18 +204,10 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_thread_never_waits_longer_for_a_core_than_it_lives() {
-        let used = std::thread::spawn(|| {
-            let meter = ThreadMeter::start();
+        let used = measured(|| {
             std::hint::black_box(spin(Duration::from_millis(30)));
             std::thread::sleep(Duration::from_millis(30));
-            meter.finish()
-        })
-        .join()
-        .ok()
-        .flatten();
-        let Some(used) = used else {
-            panic!("no per-thread CPU time");
-        };
+        });
         // Kernels without scheduler statistics say nothing; those with them, a wait within
         // the thread's life.
         if let Some(waited) = used.runqueue {
