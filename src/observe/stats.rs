@@ -640,7 +640,8 @@ pub struct PoolCpu {
     /// were on a CPU.
     pub on_cpu_fraction: f64,
     /// Time the threads were runnable but waited on a run queue for a core / their summed
-    /// lifetimes, 0..=1 (the rest of the time off a CPU they slept: waiting for work, a slot,
+    /// lifetimes, 0..=1 - `on_cpu_fraction` (each thread's wait at most its time off a CPU:
+    /// `observe::cpu`; the rest of the time off a CPU they slept: waiting for work, a slot,
     /// a lock); absent where the kernel keeps no scheduler statistics.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runqueue_fraction: Option<f64>,
