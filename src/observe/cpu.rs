@@ -154,21 +154,10 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_spinning_thread_is_on_a_cpu_and_a_sleeping_one_is_not() {
-        let spinning = std::thread::spawn(|| {
-            let meter = ThreadMeter::start();
+        let spun = measured(|| {
             std::hint::black_box(spin(Duration::from_millis(120)));
-            meter.finish()
         });
-        let sleeping = std::thread::spawn(|| {
-            let meter = ThreadMeter::start();
-            std::thread::sleep(Duration::from_millis(120));
-            meter.finish()
-        });
-        let spun = spinning.join().ok().flatten();
-        let slept = sleeping.join().ok().flatten();
-        let (Some(spun), Some(slept)) = (spun, slept) else {
-            panic!("no per-thread CPU time on Linux: {spun:?} {slept:?}");
-        };
+        let slept = measured(|| std::thread::sleep(Duration::from_millis(120)));
         // Spinning: at least some of its 120 ms on a CPU, even on a loaded 2-core machine
         // (the other threads of the test binary compete for the cores).
         assert!(spun.cpu.total() >= Duration::from_millis(20), "{spun:?}");
